@@ -1,0 +1,178 @@
+"""Argument checking and input formatting: the one home of every user-facing error.
+
+Everything here runs *before* a metric touches its state, so a rejected batch
+leaves the state exactly as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+TIES = ("max", "index")
+AVERAGES = ("weighted", "macro", "none")
+
+
+def check_ties(ties: str) -> str:
+    if ties not in TIES:
+        raise ValueError(f"Argument `ties` must be one of {TIES}, but got {ties!r}.")
+    return ties
+
+
+def check_average(average: Optional[str]) -> str:
+    if average is None:
+        return "none"
+    if average not in AVERAGES:
+        raise ValueError(f"Argument `average` must be one of {AVERAGES} (or None), but got {average!r}.")
+    return average
+
+
+def check_num_labels(num_labels: int) -> int:
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ValueError(f"Argument `num_labels` must be a positive integer, but got {num_labels!r}.")
+    return num_labels
+
+
+def check_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
+    if ignore_index is None:
+        return None
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise ValueError(f"Argument `ignore_index` must be an integer or None, but got {ignore_index!r}.")
+    if ignore_index in (0, 1):
+        raise ValueError(
+            f"Argument `ignore_index` must differ from the label values 0 and 1, but got {ignore_index!r}."
+        )
+    return ignore_index
+
+
+def check_options(ties: str, ignore_index: Optional[int], average: Optional[str] = "weighted") -> None:
+    """Check the keyword options shared by functions and metrics."""
+    check_ties(ties)
+    check_ignore_index(ignore_index)
+    check_average(average)
+
+
+def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
+    """Checks that need no look at the values, hence no host-device sync: always run."""
+    for name, value in (("preds", preds), ("target", target)):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Argument `{name}` must be a torch.Tensor, but got {type(value).__name__}.")
+    if not preds.is_floating_point():
+        raise TypeError(
+            f"Argument `preds` must be a floating point tensor of scores (float16, bfloat16, float32 or "
+            f"float64), but got dtype {preds.dtype}. Ranking is done on the raw scores: convert them with "
+            f"`preds.float()`."
+        )
+    if target.is_complex():
+        raise TypeError(f"Argument `target` must be a bool, integer or float tensor, but got dtype {target.dtype}.")
+    if preds.ndim < 2:
+        raise ValueError(
+            f"Argument `preds` must have at least 2 dimensions (N, C, ...), but got shape {tuple(preds.shape)}."
+        )
+    if preds.shape != target.shape:
+        raise ValueError(
+            f"Arguments `preds` and `target` must have the same shape, but got {tuple(preds.shape)} for `preds` "
+            f"and {tuple(target.shape)} for `target`."
+        )
+    if preds.device != target.device:
+        raise ValueError(
+            f"Arguments `preds` and `target` must be on the same device, but got {preds.device} for `preds` "
+            f"and {target.device} for `target`."
+        )
+    if num_labels is not None and preds.shape[1] != num_labels:
+        raise ValueError(
+            f"Expected {num_labels} labels (`num_labels`) in dimension 1 of `preds`, but got shape "
+            f"{tuple(preds.shape)}."
+        )
+
+
+def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor) -> None:
+    if not isinstance(sample_weight, Tensor):
+        raise TypeError(f"Argument `sample_weight` must be a torch.Tensor or None, but got {type(sample_weight).__name__}.")
+    if sample_weight.is_complex() or sample_weight.dtype == torch.bool:
+        raise TypeError(f"Argument `sample_weight` must be a real-valued tensor, but got dtype {sample_weight.dtype}.")
+    n = preds.shape[0]
+    if sample_weight.shape not in ((n,), preds.shape[:1] + preds.shape[2:]):
+        extra = f" or {tuple(preds.shape[:1] + preds.shape[2:])}" if preds.ndim > 2 else ""
+        raise ValueError(
+            f"Argument `sample_weight` must have shape ({n},){extra} to match `preds` of shape "
+            f"{tuple(preds.shape)}, but got shape {tuple(sample_weight.shape)}."
+        )
+    if sample_weight.device != preds.device:
+        raise ValueError(
+            f"Argument `sample_weight` must be on the device of `preds` ({preds.device}), but got "
+            f"{sample_weight.device}."
+        )
+
+
+def _check_values(
+    preds: Tensor, target: Tensor, ignore_index: Optional[int], sample_weight: Optional[Tensor]
+) -> None:
+    """Value checks with exactly one host-device sync; details are only looked up when something is wrong."""
+    bad_target = (target != 0) & (target != 1)
+    if ignore_index is not None:
+        bad_target &= target != ignore_index
+    flags = [torch.isnan(preds).any(), bad_target.any()]
+    if sample_weight is not None:
+        flags += [torch.isnan(sample_weight).any(), (sample_weight < 0).any(), torch.isinf(sample_weight).any()]
+    if not torch.stack(flags).any().item():  # the one sync
+        return
+    has_nan, has_bad_target = flags[0].item(), flags[1].item()
+    if has_nan:
+        where = torch.isnan(preds).nonzero()[0].tolist()
+        raise ValueError(
+            f"Argument `preds` contains NaN (first at index {tuple(where)}); NaN scores cannot be ranked."
+        )
+    if has_bad_target:
+        found = torch.unique(target[bad_target]).tolist()[:10]
+        allowed = "0 and 1" if ignore_index is None else f"0, 1 and ignore_index={ignore_index}"
+        raise ValueError(f"Argument `target` must contain only {allowed}, but found the values {found}.")
+    assert sample_weight is not None
+    if flags[2].item():
+        raise ValueError("Argument `sample_weight` contains NaN.")
+    if flags[3].item():
+        found = sample_weight[sample_weight < 0][:10].tolist()
+        raise ValueError(f"Argument `sample_weight` must be non-negative, but found the values {found}.")
+    raise ValueError("Argument `sample_weight` must be finite, but contains inf.")
+
+
+def format_inputs(
+    preds: Tensor,
+    target: Tensor,
+    num_labels: Optional[int],
+    ignore_index: Optional[int],
+    validate_args: bool,
+    sample_weight: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
+    """Check and reshape inputs into ``(scores (M, C), positive (M, C) bool, known (M, C) bool or None, weight (M,))``.
+
+    Extra dimensions ``(N, C, d1, ...)`` become samples: ``M = N * d1 * ...``. ``known`` is None when no label is
+    ignored. Shape, dtype and device checks always run (they cost nothing); value checks run when
+    ``validate_args`` and cost one host-device sync.
+    """
+    _check_tensor_args(preds, target, num_labels)
+    if sample_weight is not None:
+        _check_sample_weight_args(sample_weight, preds)
+    if validate_args:
+        _check_values(preds, target, ignore_index, sample_weight)
+
+    num_classes = preds.shape[1]
+    if preds.ndim > 2:
+        extra = preds.shape[2:]
+        preds = preds.movedim(1, -1).reshape(-1, num_classes)
+        target = target.movedim(1, -1).reshape(-1, num_classes)
+        if sample_weight is not None and sample_weight.ndim == 1:
+            sample_weight = sample_weight.reshape((-1,) + (1,) * len(extra)).expand((-1,) + tuple(extra))
+        if sample_weight is not None:
+            sample_weight = sample_weight.reshape(-1)
+
+    if target.dtype == torch.bool:
+        positive, known = target, None
+    else:
+        positive = target == 1
+        known = None
+        if ignore_index is not None:
+            known = target != ignore_index
+    return preds, positive, known, sample_weight

@@ -1,0 +1,208 @@
+"""``torchmetrics.Metric`` classes: thin wrappers that accumulate the sums of :mod:`torch_lwlrap.functional`.
+
+States are sums only (float64 precision sums, int64 counts), reduced with ``"sum"`` across processes: no
+predictions are kept or gathered, and ``forward`` needs no full state update.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from torch_lwlrap._checks import check_average, check_ignore_index, check_num_labels, check_ties
+from torch_lwlrap.functional import (
+    _lrap_compute,
+    _lrap_update,
+    _lwlrap_compute,
+    _lwlrap_per_class,
+    _lwlrap_update,
+)
+
+__all__ = ["MultilabelLWLRAP", "MultilabelLRAP"]
+
+
+def _check_device(metric: Metric, preds: Any) -> None:
+    device = metric.device
+    if isinstance(preds, Tensor) and preds.device != device:
+        raise ValueError(
+            f"Argument `preds` is on {preds.device} but the state of {type(metric).__name__} is on {device}: "
+            f"move the metric with `.to({str(preds.device)!r})` or the inputs with `.to({str(device)!r})`."
+        )
+
+
+class MultilabelLWLRAP(Metric):
+    r"""Label-weighted label-ranking average precision (lwlrap), accumulated over batches.
+
+    The state is two ``(C,)`` tensors, ``precision_sum`` (float64) and ``label_count`` (int64), summed across
+    processes. See :func:`torch_lwlrap.multilabel_lwlrap` for the definition and the arguments.
+
+    Args:
+        num_labels: the number of classes ``C``.
+        average: ``"weighted"`` (the challenge metric), ``"macro"`` or ``"none"`` (per-class scores).
+        ties: ``"max"`` (scikit-learn's rule) or ``"index"`` (lower column first among tied scores).
+        ignore_index: target value marking unknown labels, removed from their sample's ranking.
+        validate_args: check input values (one host-device sync per batch); with False, ``update`` never syncs.
+        kwargs: passed to :class:`torchmetrics.Metric` (``compute_on_cpu``, ``sync_on_compute``, ...).
+
+    Example:
+        >>> import torch
+        >>> from torch_lwlrap import MultilabelLWLRAP
+        >>> metric = MultilabelLWLRAP(num_labels=3)
+        >>> metric.update(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]))
+        >>> metric.update(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[0, 1, 1]]))
+        >>> metric.compute()
+        tensor(0.7917, dtype=torch.float64)
+        >>> per_class, weights = metric.per_class()
+        >>> per_class
+        tensor([0.6667, 1.0000, 0.7500], dtype=torch.float64)
+    """
+
+    is_differentiable: bool = False
+    higher_is_better: bool = True
+    full_state_update: bool = False
+    plot_lower_bound: float = 0.0
+    plot_upper_bound: float = 1.0
+    plot_legend_name: str = "Class"
+
+    precision_sum: Tensor
+    label_count: Tensor
+
+    def __init__(
+        self,
+        num_labels: int,
+        *,
+        average: Optional[str] = "weighted",
+        ties: str = "max",
+        ignore_index: Optional[int] = None,
+        validate_args: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.num_labels = check_num_labels(num_labels)
+        self.average = check_average(average)
+        self.ties = check_ties(ties)
+        self.ignore_index = check_ignore_index(ignore_index)
+        self.validate_args = validate_args
+        self.add_state("precision_sum", torch.zeros(num_labels, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("label_count", torch.zeros(num_labels, dtype=torch.int64), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, target: Tensor) -> None:
+        """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``."""
+        _check_device(self, preds)
+        precision_sum, label_count = _lwlrap_update(
+            preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
+        )
+        self.precision_sum += precision_sum
+        self.label_count += label_count
+
+    def compute(self) -> Tensor:
+        """lwlrap of all accumulated batches (float64; ``(C,)`` with ``average="none"``)."""
+        return _lwlrap_compute(self.precision_sum, self.label_count, self.average)
+
+    def per_class(self) -> Tuple[Tensor, Tensor]:
+        """``(per_class, weights)``: per-class lwlrap (NaN without positive) and each class's share of labels."""
+        return _lwlrap_per_class(self.precision_sum, self.label_count)
+
+    def plot(
+        self,
+        val: Optional[Union[Tensor, Sequence[Tensor]]] = None,
+        ax: Optional[Any] = None,
+        class_names: Optional[Sequence[str]] = None,
+    ) -> Tuple[Any, Any]:
+        """Plot a value (default: :meth:`compute`) as torchmetrics does; per-class values as a bar chart.
+
+        A scalar or a sequence of scalars is drawn like any torchmetrics metric. A per-class tensor
+        (``average="none"``) is drawn as horizontal bars of per-class lwlrap labelled with the accumulated label
+        weights and the optional ``class_names``. Needs matplotlib (``pip install torch-lwlrap[plot]``).
+
+        Returns:
+            ``(fig, ax)``.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLWLRAP
+            >>> metric = MultilabelLWLRAP(num_labels=3, average="none")
+            >>> metric.update(torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1], [0, 1, 1]]))
+            >>> fig, ax = metric.plot(class_names=["dog", "cat", "bird"])
+        """
+        if val is None:
+            val = self.compute()
+        if isinstance(val, Tensor) and val.ndim == 1 and val.numel() == self.num_labels:
+            from torch_lwlrap.plot import plot_per_class
+
+            weights = self.per_class()[1]
+            return plot_per_class(val, weights, class_names=class_names, ax=ax, title=type(self).__name__)
+        return self._plot(val, ax)
+
+
+class MultilabelLRAP(Metric):
+    r"""Label-ranking average precision (LRAP), accumulated over batches; equals scikit-learn's score.
+
+    The state is two float64 scalars, ``lrap_sum`` (weighted sum of per-sample scores) and ``weight_sum``, summed
+    across processes. See :func:`torch_lwlrap.multilabel_lrap` for the definition and the arguments.
+
+    Example:
+        >>> import torch
+        >>> from torch_lwlrap import MultilabelLRAP
+        >>> metric = MultilabelLRAP(num_labels=3)
+        >>> preds = torch.tensor([[0.75, 0.5, 1.0], [1.0, 0.2, 0.1], [0.9, 0.7, 0.6]])
+        >>> target = torch.tensor([[1, 0, 0], [1, 0, 1], [1, 1, 0]])
+        >>> metric.update(preds[:2], target[:2])
+        >>> metric.update(preds[2:], target[2:])
+        >>> metric.compute()
+        tensor(0.7778, dtype=torch.float64)
+    """
+
+    is_differentiable: bool = False
+    higher_is_better: bool = True
+    full_state_update: bool = False
+    plot_lower_bound: float = 0.0
+    plot_upper_bound: float = 1.0
+
+    lrap_sum: Tensor
+    weight_sum: Tensor
+
+    def __init__(
+        self,
+        num_labels: int,
+        *,
+        ties: str = "max",
+        ignore_index: Optional[int] = None,
+        validate_args: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.num_labels = check_num_labels(num_labels)
+        self.ties = check_ties(ties)
+        self.ignore_index = check_ignore_index(ignore_index)
+        self.validate_args = validate_args
+        self.add_state("lrap_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("weight_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> None:
+        """Add a batch, optionally with non-negative per-sample weights ``(N,)``."""
+        _check_device(self, preds)
+        lrap_sum, weight_sum = _lrap_update(
+            preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
+        )
+        self.lrap_sum += lrap_sum
+        self.weight_sum += weight_sum
+
+    def compute(self) -> Tensor:
+        """LRAP of all accumulated samples (float64 scalar)."""
+        return _lrap_compute(self.lrap_sum, self.weight_sum)
+
+    def plot(self, val: Optional[Union[Tensor, Sequence[Tensor]]] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:
+        """Plot a value or a sequence of values (default: :meth:`compute`) as torchmetrics does.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLRAP
+            >>> metric = MultilabelLRAP(num_labels=3)
+            >>> values = [metric(torch.rand(8, 3), torch.randint(2, (8, 3))) for _ in range(5)]
+            >>> fig, ax = metric.plot(values)
+        """
+        return self._plot(val, ax)

@@ -1,0 +1,98 @@
+"""Per-class bar charts (matplotlib is an optional extra: ``pip install torch-lwlrap[plot]``)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+            import os
+
+            if not os.environ.get("DISPLAY") and os.name != "nt":
+                matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:  # pragma: no cover - exercised only without matplotlib
+        raise ModuleNotFoundError(
+            "Plotting needs matplotlib: install it with `pip install torch-lwlrap[plot]`."
+        ) from err
+    return plt
+
+
+def plot_per_class(
+    per_class: Tensor,
+    weights: Optional[Tensor] = None,
+    *,
+    class_names: Optional[Sequence[str]] = None,
+    ax: Optional[Any] = None,
+    title: Optional[str] = "per-class lwlrap",
+    sort: bool = False,
+) -> Tuple[Any, Any]:
+    """Horizontal bars of per-class lwlrap, annotated with each class's label weight.
+
+    Classes without a positive label (NaN) are drawn as empty rows marked "no positive".
+
+    Args:
+        per_class: ``(C,)`` per-class lwlrap.
+        weights: ``(C,)`` label weights (share of all positive labels), shown beside each bar.
+        class_names: ``C`` names; defaults to ``"Class 0"``, ...
+        ax: matplotlib axes to draw into; a new figure when None.
+        title: axes title.
+        sort: order the bars worst first (from the top).
+
+    Returns:
+        ``(fig, ax)``.
+
+    Example:
+        >>> import torch
+        >>> from torch_lwlrap.plot import plot_per_class
+        >>> fig, ax = plot_per_class(torch.tensor([2 / 3, 1.0, 0.75]), torch.tensor([0.25, 0.25, 0.5]))
+    """
+    plt = _pyplot()
+    values = per_class.detach().to("cpu", torch.float64)
+    if values.ndim != 1:
+        raise ValueError(f"Argument `per_class` must be one-dimensional (C,), but got shape {tuple(values.shape)}.")
+    num_classes = values.numel()
+    names = list(class_names) if class_names is not None else [f"Class {i}" for i in range(num_classes)]
+    if len(names) != num_classes:
+        raise ValueError(f"Argument `class_names` must hold {num_classes} names, but got {len(names)}.")
+    weight_values = None if weights is None else weights.detach().to("cpu", torch.float64)
+    if weight_values is not None and weight_values.shape != values.shape:
+        raise ValueError(
+            f"Argument `weights` must have the shape of `per_class` {tuple(values.shape)}, "
+            f"but got {tuple(weight_values.shape)}."
+        )
+    order = list(range(num_classes))
+    if sort:
+        order.sort(key=lambda i: (float("inf") if torch.isnan(values[i]) else float(values[i])), reverse=True)
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, max(2.0, 0.3 * num_classes + 1)))
+    else:
+        fig = ax.get_figure()
+    heights = [0.0 if torch.isnan(values[i]) else float(values[i]) for i in order]
+    positions = range(len(order))
+    ax.barh(positions, heights, color="tab:blue")
+    ax.set_yticks(list(positions))
+    ax.set_yticklabels([names[i] for i in order])
+    ax.set_xlim(0.0, 1.15 if weight_values is not None else 1.0)
+    ax.set_xlabel("lwlrap")
+    for y, i in zip(positions, order):
+        if torch.isnan(values[i]):
+            label = "no positive"
+        elif weight_values is not None:
+            label = f"{float(values[i]):.3f}  (w={float(weight_values[i]):.3f})"
+        else:
+            label = f"{float(values[i]):.3f}"
+        ax.text(min(heights[y], 1.0) + 0.01, y, label, va="center", fontsize=8)
+    if title:
+        ax.set_title(title)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig, ax
