@@ -1,0 +1,92 @@
+"""Naive references written straight from the formulas: plain Python loops over samples and labels.
+
+Independent of the library's engine on purpose: no sorting, no vectorization, exact fractions.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+
+def _rows(preds, target, ignore_index):
+    preds = np.asarray(preds, dtype=np.float64)
+    target = np.asarray(target)
+    if preds.ndim > 2:  # (N, C, ...) -> samples
+        preds = np.moveaxis(preds, 1, -1).reshape(-1, preds.shape[1])
+        target = np.moveaxis(target, 1, -1).reshape(-1, target.shape[1])
+    for scores, labels in zip(preds.tolist(), target.tolist()):
+        known = [j for j in range(len(labels)) if ignore_index is None or labels[j] != ignore_index]
+        positives = [j for j in known if labels[j] == 1]
+        yield scores, known, positives
+
+
+def label_precisions(scores: Sequence[float], known: Sequence[int], positives: Sequence[int], ties: str):
+    """{j: Fraction(L_ij, rank_ij)} for each positive j of one sample."""
+    out = {}
+    for j in positives:
+        if ties == "max":
+            ahead = [k for k in known if scores[k] >= scores[j]]
+        else:  # strict order; among equal scores the lower column ranks first
+            ahead = [k for k in known if scores[k] > scores[j] or (scores[k] == scores[j] and k <= j)]
+        hits = [k for k in ahead if k in positives]
+        out[j] = Fraction(len(hits), len(ahead))
+    return out
+
+
+def _class_sums(preds, target, ties, ignore_index):
+    num_classes = np.asarray(preds).shape[1]
+    sums = [Fraction(0)] * num_classes
+    counts = [0] * num_classes
+    for scores, known, positives in _rows(preds, target, ignore_index):
+        for j, precision in label_precisions(scores, known, positives, ties).items():
+            sums[j] += precision
+            counts[j] += 1
+    return sums, counts
+
+
+def naive_lwlrap_per_class(preds, target, ties="max", ignore_index=None):
+    """(per_class list of float or nan, weights list, counts list)."""
+    sums, counts = _class_sums(preds, target, ties, ignore_index)
+    total = sum(counts)
+    per_class = [float(s / c) if c else float("nan") for s, c in zip(sums, counts)]
+    weights = [c / total if total else 0.0 for c in counts]
+    return per_class, weights, counts
+
+
+def naive_lwlrap(preds, target, ties="max", ignore_index=None, average="weighted"):
+    sums, counts = _class_sums(preds, target, ties, ignore_index)
+    if average == "none":
+        return [float(s / c) if c else float("nan") for s, c in zip(sums, counts)]
+    if sum(counts) == 0:
+        return float("nan")
+    if average == "weighted":
+        return float(sum(sums) / sum(counts))
+    per_class = [s / c for s, c in zip(sums, counts) if c]
+    return float(sum(per_class) / len(per_class))
+
+
+def naive_lrap(preds, target, ties="max", ignore_index=None, sample_weight: Optional[Sequence[float]] = None):
+    scores_per_sample: List[Fraction] = []
+    for scores, known, positives in _rows(preds, target, ignore_index):
+        if not positives or len(positives) == len(known):
+            scores_per_sample.append(Fraction(1))
+            continue
+        precisions = label_precisions(scores, known, positives, ties)
+        scores_per_sample.append(sum(precisions.values()) / len(positives))
+    if sample_weight is None:
+        weights = [Fraction(1)] * len(scores_per_sample)
+    else:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
+        preds = np.asarray(preds)
+        if preds.ndim > 2 and sample_weight.ndim == 1:
+            sample_weight = np.broadcast_to(
+                sample_weight.reshape((-1,) + (1,) * (preds.ndim - 2)), (preds.shape[0],) + preds.shape[2:]
+            )
+        weights = [Fraction(float(w)) for w in sample_weight.reshape(-1)]
+    total = sum(weights)
+    if total == 0:
+        return float("nan")
+    return float(sum(w * s for w, s in zip(weights, scores_per_sample)) / total)
