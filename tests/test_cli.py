@@ -1,0 +1,456 @@
+"""The command line (``torch-lwlrap score``) against scikit-learn and the naive references.
+
+Files are written with rows and columns in different orders in the truth and the prediction; the expected values
+are computed on the matrices before they were written, in the prediction file's column order.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import label_ranking_average_precision_score
+
+import torch_lwlrap
+from tests.reference import naive_lwlrap_per_class
+from torch_lwlrap.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def make_case(seed, num_rows=40, num_classes=7):
+    """Random scores with ties (one decimal) and labels, including a row without positive, a row with all labels
+    positive and a class (the last) without positive."""
+    rng = np.random.default_rng(seed)
+    preds = np.round(rng.random((num_rows, num_classes)), 1)
+    target = (rng.random((num_rows, num_classes)) < 0.3).astype(np.int64)
+    target[:, -1] = 0
+    target[0] = 0
+    target[1, :-1] = 1
+    target[2] = 0
+    target[2, 0] = 1
+    classes = [f"class {j}" for j in range(num_classes)]
+    classes[1] = "Fill_(with_liquid)"
+    fnames = [f"{rng.integers(16**6):06x}_{i}.wav" for i in range(num_rows)]
+    return fnames, classes, preds, target
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+def write_challenge_truth(path, fnames, classes, target, row_order):
+    rows = [[fnames[i], ",".join(classes[j] for j in np.flatnonzero(target[i]))] for i in row_order]
+    return write_csv(path, ["fname", "labels"], rows)
+
+
+def write_wide_truth(path, fnames, classes, target, row_order, col_order):
+    rows = [[fnames[i]] + [str(int(target[i, j])) for j in col_order] for i in row_order]
+    return write_csv(path, ["fname"] + [classes[j] for j in col_order], rows)
+
+
+def write_predictions(path, fnames, classes, preds, row_order, col_order):
+    rows = [[fnames[i]] + [repr(float(preds[i, j])) for j in col_order] for i in row_order]
+    return write_csv(path, ["fname"] + [classes[j] for j in col_order], rows)
+
+
+def shuffled_files(tmp_path, seed, layout="challenge", **case):
+    """Truth and prediction files with rows and columns shuffled differently; returns paths and the expected
+    matrices in the prediction file's column order."""
+    fnames, classes, preds, target = make_case(seed, **case)
+    rng = np.random.default_rng(seed + 1000)
+    num_rows, num_classes = preds.shape
+    pred_cols = rng.permutation(num_classes)
+    pred_path = write_predictions(
+        tmp_path / f"pred_{seed}.csv", fnames, classes, preds, rng.permutation(num_rows), pred_cols
+    )
+    truth_rows = rng.permutation(num_rows)
+    if layout == "challenge":
+        truth_path = write_challenge_truth(tmp_path / f"truth_{seed}.csv", fnames, classes, target, truth_rows)
+    else:  # wide; the class without positive (the last) is left out: a prediction column only
+        truth_cols = rng.permutation(num_classes - 1)
+        truth_path = write_wide_truth(
+            tmp_path / f"truth_wide_{seed}.csv", fnames, classes, target, truth_rows, truth_cols
+        )
+    return truth_path, pred_path, [classes[j] for j in pred_cols], preds[:, pred_cols], target[:, pred_cols]
+
+
+def reference(preds, target, classes, ties="max"):
+    """Expected JSON-like values: sklearn for the overall scores (ties="max"), naive loops per class."""
+    per_class, weights, counts = naive_lwlrap_per_class(preds, target, ties=ties)
+    expected = {
+        "num_samples": preds.shape[0],
+        "num_labels": int(target.sum()),
+        "per_class": {
+            name: {"lwlrap": None if math.isnan(v) else v, "weight": w, "count": c}
+            for name, v, w, c in zip(classes, per_class, weights, counts)
+        },
+    }
+    if ties == "max":
+        expected["lrap"] = label_ranking_average_precision_score(target, preds)
+        expected["lwlrap"] = label_ranking_average_precision_score(target, preds, sample_weight=target.sum(axis=1))
+    else:
+        expected["lwlrap"] = sum(w * v for v, w in zip(per_class, weights) if not math.isnan(v))
+    return expected
+
+
+def run_main(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def parse_text(out):
+    values = dict(re.findall(r"^(lwlrap|LRAP|samples|classes|labels) +(\S+)", out, flags=re.M))
+    table = {}
+    if "per-class lwlrap, worst first:" in out:
+        lines = out.split("per-class lwlrap, worst first:\n", 1)[1].splitlines()[1:]
+        for line in lines:
+            if not line.strip():
+                break
+            name, value, weight, count = re.match(r"^(.*\S)\s+(\S+)\s+(\S+)\s+(\d+)$", line).groups()
+            table[name] = (value, float(weight), int(count))
+    return values, table
+
+
+def assert_matches_json(result, expected):
+    assert result["num_samples"] == expected["num_samples"]
+    assert result["num_labels"] == expected["num_labels"]
+    assert result["lwlrap"] == pytest.approx(expected["lwlrap"], abs=1e-12)
+    if "lrap" in expected:
+        assert result["lrap"] == pytest.approx(expected["lrap"], abs=1e-12)
+    assert list(result["per_class"]) == list(expected["per_class"])
+    for name, want in expected["per_class"].items():
+        got = result["per_class"][name]
+        assert got["count"] == want["count"], name
+        assert got["weight"] == pytest.approx(want["weight"], abs=1e-12), name
+        if want["lwlrap"] is None:
+            assert got["lwlrap"] is None, name
+        else:
+            assert got["lwlrap"] == pytest.approx(want["lwlrap"], abs=1e-12), name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Values
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_text_output_matches_sklearn_and_naive(tmp_path, capsys, seed):
+    truth, pred, classes, preds, target = shuffled_files(tmp_path, seed)
+    expected = reference(preds, target, classes)
+    code, out, err = run_main(capsys, "score", truth, pred, "--per-class")
+    assert (code, err) == (0, "")
+    values, table = parse_text(out)
+    assert float(values["lwlrap"]) == pytest.approx(expected["lwlrap"], abs=5e-7)
+    assert float(values["LRAP"]) == pytest.approx(expected["lrap"], abs=5e-7)
+    assert int(values["samples"]) == preds.shape[0]
+    assert int(values["classes"]) == preds.shape[1]
+    assert int(values["labels"]) == int(target.sum())
+
+    assert set(table) == set(classes)
+    for name, want in expected["per_class"].items():
+        value, weight, count = table[name]
+        assert count == want["count"]
+        assert weight == pytest.approx(want["weight"], abs=5e-7)
+        if want["lwlrap"] is None:
+            assert value == "-"
+        else:
+            assert float(value) == pytest.approx(want["lwlrap"], abs=5e-7)
+    # Worst first, the class without positive last.
+    names = list(table)
+    shown = [table[name][0] for name in names]
+    assert shown[-1] == "-" and "-" not in shown[:-1]
+    numbers = [float(v) for v in shown[:-1]]
+    assert numbers == sorted(numbers)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_json_output_matches_reference(tmp_path, capsys, seed):
+    truth, pred, classes, preds, target = shuffled_files(tmp_path, seed)
+    code, out, err = run_main(capsys, "score", truth, pred, "--json", "--per-class")
+    assert (code, err) == (0, "")
+    result = json.loads(out)  # exactly one JSON document on stdout
+    assert out.strip().count("\n") == 0
+    assert_matches_json(result, reference(preds, target, classes))
+    assert result["num_classes"] == len(classes)
+    assert result["per_class"]["class 6"]["lwlrap"] is None  # the class without positive: null
+    assert result["per_class"]["class 6"]["count"] == 0
+
+
+def test_both_truth_layouts_agree(tmp_path, capsys):
+    truth_challenge, pred, classes, preds, target = shuffled_files(tmp_path, 5)
+    truth_wide, *_ = shuffled_files(tmp_path, 5, layout="wide")
+    results = []
+    for truth in (truth_challenge, truth_wide):
+        code, out, err = run_main(capsys, "score", truth, pred, "--json")
+        assert (code, err) == (0, "")
+        results.append(json.loads(out))
+    assert results[0] == results[1]
+    assert_matches_json(results[0], reference(preds, target, classes))
+
+
+@pytest.mark.parametrize("layout", ["challenge", "wide"])
+def test_ties_index_matches_naive(tmp_path, capsys, layout):
+    truth, pred, classes, preds, target = shuffled_files(tmp_path, 6, layout=layout)
+    expected = reference(preds, target, classes, ties="index")
+    code, out, err = run_main(capsys, "score", truth, pred, "--json", "--ties", "index")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    assert_matches_json(result, expected)
+    # Ties are frequent (one decimal), so the two rules really differ here.
+    code, out, _ = run_main(capsys, "score", truth, pred, "--json")
+    assert json.loads(out)["lwlrap"] != pytest.approx(result["lwlrap"], abs=1e-9)
+
+
+def test_extra_whitespace_blank_lines_and_bom(tmp_path, capsys):
+    truth = tmp_path / "truth.csv"
+    truth.write_bytes(b'\xef\xbb\xbffname,labels\r\nx.wav," a , c "\r\n\r\ny.wav,"b,c"\r\nz.wav,\r\n')
+    pred = tmp_path / "pred.csv"
+    pred.write_text("fname, a ,b,c\ny.wav,0.1,0.7,0.2\n z.wav ,1,2,3\nx.wav,0.1,0.7,0.2\n\n")
+    code, out, err = run_main(capsys, "score", truth, pred, "--json")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    preds = np.array([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2], [1, 2, 3]])
+    target = np.array([[1, 0, 1], [0, 1, 1], [0, 0, 0]])
+    assert_matches_json(result, reference(preds, target, ["a", "b", "c"]))
+    assert result["lwlrap"] == pytest.approx(19 / 24)  # worked example: (2/3 + 1 + 3/4 * 2) / 4
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plot, version, help, processes
+
+
+def test_plot_writes_png(tmp_path, capsys):
+    truth, pred, *_ = shuffled_files(tmp_path, 7)
+    out_png = tmp_path / "per_class.png"
+    code, out, err = run_main(capsys, "score", truth, pred, "--plot", out_png, "--json")
+    assert (code, err) == (0, "")
+    json.loads(out)  # --json keeps stdout to the one object
+    data = out_png.read_bytes()
+    assert len(data) > 1000
+    assert data[:8] == PNG_SIGNATURE
+
+
+def test_version_and_help(capsys):
+    code, out, _ = run_main(capsys, "--version")
+    assert code == 0
+    assert out.strip() == f"torch-lwlrap {torch_lwlrap.__version__}"
+    code, out, _ = run_main(capsys, "score", "--help")
+    assert code == 0
+    for word in ("TRUTH.csv", "PRED.csv", "--per-class", "--json", "--plot", "--ties"):
+        assert word in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["score"], ["score", "only_truth.csv"], ["score", "t.csv", "p.csv", "--ties", "min"], ["rank", "a", "b"]],
+)
+def test_usage_errors_exit_2(capsys, argv):
+    code, out, err = run_main(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert "usage:" in err and "Traceback" not in err
+
+
+def test_python_dash_m_subprocess(tmp_path, capsys):
+    truth, pred, classes, preds, target = shuffled_files(tmp_path, 8)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch_lwlrap", "score", truth, pred, "--per-class"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    code, out, _ = run_main(capsys, "score", truth, pred, "--per-class")
+    assert code == 0 and done.stdout == out
+    values, _ = parse_text(done.stdout)
+    expected = reference(preds, target, classes)
+    assert float(values["lwlrap"]) == pytest.approx(expected["lwlrap"], abs=5e-7)
+    assert float(values["LRAP"]) == pytest.approx(expected["lrap"], abs=5e-7)
+
+
+@pytest.mark.skipif(shutil.which("torch-lwlrap") is None, reason="the torch-lwlrap console script is not on PATH")
+def test_console_script_bad_file(tmp_path):
+    pred = write_csv(tmp_path / "pred.csv", ["fname", "a"], [["x.wav", "0.5"]])
+    missing = str(tmp_path / "no_such_truth.csv")
+    done = subprocess.run(
+        ["torch-lwlrap", "score", missing, pred], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "no_such_truth.csv" in done.stderr and "does not exist" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad files
+
+GOOD_TRUTH = 'fname,labels\na.wav,"Bark,Dog"\nb.wav,Cat\n'
+GOOD_PRED = "fname,Bark,Cat,Dog\na.wav,0.9,0.1,0.5\nb.wav,0.2,0.8,0.3\n"
+
+BAD_FILES = {
+    # id: (truth text or None for a missing file, prediction text or None, words the error must contain)
+    "truth missing": (None, GOOD_PRED, ["truth.csv", "does not exist"]),
+    "pred missing": (GOOD_TRUTH, None, ["pred.csv", "does not exist"]),
+    "truth empty": ("", GOOD_PRED, ["truth.csv", "empty"]),
+    "pred empty": (GOOD_TRUTH, "\n", ["pred.csv", "empty"]),
+    "truth without header": ('a.wav,"Bark,Dog"\nb.wav,Cat\n', GOOD_PRED, ["truth.csv", "'fname'", "header"]),
+    "pred without fname column": (GOOD_TRUTH, "file,Bark,Cat,Dog\na.wav,1,2,3\n", ["pred.csv", "'fname'"]),
+    "truth header only": ("fname,labels\n", GOOD_PRED, ["truth.csv", "no rows"]),
+    "truth duplicated fname": (GOOD_TRUTH + "a.wav,Cat\n", GOOD_PRED, ["truth.csv", "'a.wav'", "duplicated", "line 4"]),
+    "pred duplicated fname": (GOOD_TRUTH, GOOD_PRED + "b.wav,1,2,3\n", ["pred.csv", "'b.wav'", "duplicated"]),
+    "fname missing from pred": (GOOD_TRUTH + "c.wav,Dog\nd.wav,Dog\n", GOOD_PRED, ["'c.wav'", "pred.csv", "missing"]),
+    "fname missing from truth": (GOOD_TRUTH, GOOD_PRED + "e.wav,1,2,3\n", ["'e.wav'", "truth.csv", "missing"]),
+    "label not a column": (
+        'fname,labels\na.wav,"Bark,Wolf"\nb.wav,Cat\n',
+        GOOD_PRED,
+        ["'Wolf'", "'a.wav'", "pred.csv"],
+    ),
+    "wide class not a column": ("fname,Bark,Wolf\na.wav,1,0\nb.wav,0,1\n", GOOD_PRED, ["'Wolf'", "truth.csv"]),
+    "score not a number": (
+        GOOD_TRUTH,
+        "fname,Bark,Cat,Dog\na.wav,0.9,0.1,0.5\nb.wav,0.2,high,0.3\n",
+        ["pred.csv", "'b.wav'", "'Cat'", "'high'", "not a number"],
+    ),
+    "score NaN": (
+        GOOD_TRUTH,
+        "fname,Bark,Cat,Dog\na.wav,0.9,nan,0.5\nb.wav,0.2,0.8,0.3\n",
+        ["'a.wav'", "'Cat'", "NaN"],
+    ),
+    "score empty": (
+        GOOD_TRUTH,
+        "fname,Bark,Cat,Dog\na.wav,0.9,0.1,\nb.wav,0.2,0.8,0.3\n",
+        ["'a.wav'", "'Dog'", "empty"],
+    ),
+    "pred row too short": (
+        GOOD_TRUTH,
+        "fname,Bark,Cat,Dog\na.wav,0.9,0.1\nb.wav,0.2,0.8,0.3\n",
+        ["'a.wav'", "3 fields", "header has 4"],
+    ),
+    "truth labels not quoted": (
+        "fname,labels\na.wav,Bark,Dog\nb.wav,Cat\n",
+        GOOD_PRED,
+        ["'a.wav'", "3 fields", "quoted"],
+    ),
+    "wide value not 0/1": ("fname,Bark,Cat\na.wav,1,0\nb.wav,0,2\n", GOOD_PRED, ["'b.wav'", "'Cat'", "'2'", "0 or 1"]),
+    "wide value empty": ("fname,Bark,Cat\na.wav,1,\nb.wav,0,1\n", GOOD_PRED, ["'a.wav'", "'Cat'", "0 or 1"]),
+    "duplicated column": (
+        GOOD_TRUTH,
+        "fname,Bark,Cat,Bark\na.wav,1,2,3\nb.wav,1,2,3\n",
+        ["pred.csv", "'Bark'", "twice"],
+    ),
+    "no positive label": ("fname,labels\na.wav,\nb.wav,\n", GOOD_PRED, ["truth.csv", "no positive"]),
+}
+
+
+def check_one_line_error(code, out, err, words):
+    assert code == 2
+    assert out == ""
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("torch-lwlrap: error: ")
+    for word in words:
+        assert word in err, (word, err)
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_file_exits_2_with_one_line(tmp_path, capsys, case):
+    truth_text, pred_text, words = BAD_FILES[case]
+    truth, pred = tmp_path / "truth.csv", tmp_path / "pred.csv"
+    if truth_text is not None:
+        truth.write_text(truth_text)
+    if pred_text is not None:
+        pred.write_text(pred_text)
+    check_one_line_error(*run_main(capsys, "score", truth, pred), words)
+
+
+def test_good_base_files_score(tmp_path, capsys):
+    truth = write_csv(tmp_path / "truth.csv", ["fname", "labels"], [["a.wav", "Bark,Dog"], ["b.wav", "Cat"]])
+    pred = tmp_path / "pred.csv"
+    pred.write_text(GOOD_PRED)
+    assert Path(truth).read_text() == GOOD_TRUTH
+    code, out, err = run_main(capsys, "score", truth, pred, "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["lwlrap"] == pytest.approx(1.0)  # every positive ranked above every negative
+
+
+def test_not_utf8_and_directory(tmp_path, capsys):
+    pred = tmp_path / "pred.csv"
+    pred.write_text(GOOD_PRED)
+    truth = tmp_path / "truth.csv"
+    truth.write_bytes(b"fname,labels\na.wav,Caf\xe9\n")
+    check_one_line_error(*run_main(capsys, "score", truth, pred), ["truth.csv", "UTF-8"])
+    check_one_line_error(*run_main(capsys, "score", tmp_path, pred), [str(tmp_path), "directory"])
+
+
+def test_plot_errors(tmp_path, capsys, monkeypatch):
+    truth, pred = tmp_path / "truth.csv", tmp_path / "pred.csv"
+    truth.write_text(GOOD_TRUTH)
+    pred.write_text(GOOD_PRED)
+    bad_target = tmp_path / "no_such_folder" / "out.png"
+    check_one_line_error(
+        *run_main(capsys, "score", truth, pred, "--plot", bad_target), ["cannot write", "no_such_folder"]
+    )
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    check_one_line_error(*run_main(capsys, "score", truth, pred, "--plot", tmp_path / "x.png"), ["matplotlib"])
+    assert not (tmp_path / "x.png").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sample files
+
+
+def test_sample_files_regenerate_identically_and_score(tmp_path, capsys):
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "make_sample.py"), "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    data = REPO / "examples" / "data"
+    for name in ("sample_truth.csv", "sample_submission.csv"):
+        assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
+
+    with open(data / "sample_truth.csv", newline="") as handle:
+        truth_rows = list(csv.reader(handle))
+    with open(data / "sample_submission.csv", newline="") as handle:
+        pred_rows = list(csv.reader(handle))
+    assert truth_rows[0] == ["fname", "labels"]
+    assert 200 <= len(truth_rows) - 1 <= 500
+    assert any("," in labels for _, labels in truth_rows[1:])  # multi-label rows (quoted)
+    classes = pred_rows[0][1:]
+    assert 15 <= len(classes) <= 30
+    fnames = [row[0] for row in truth_rows[1:]]
+    assert [row[0] for row in pred_rows[1:]] != fnames and sorted(row[0] for row in pred_rows[1:]) == sorted(fnames)
+    by_fname = {row[0]: [float(v) for v in row[1:]] for row in pred_rows[1:]}
+    preds = np.array([by_fname[f] for f in fnames])
+    target = np.array([[int(c in labels.split(",")) for c in classes] for _, labels in truth_rows[1:]])
+    assert any(len(set(row)) < len(row) for row in preds.tolist())  # tied scores
+
+    code, out, err = run_main(capsys, "score", data / "sample_truth.csv", data / "sample_submission.csv", "--json")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    assert_matches_json(result, reference(preds, target, classes))
+    assert 0.6 <= result["lwlrap"] <= 0.9

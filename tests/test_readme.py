@@ -1,0 +1,38 @@
+"""The README's Python snippets run, and the values their comments promise are the values they print."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_python_blocks(index):
+    block = BLOCKS[index]
+    if "lightning" in block:
+        pytest.importorskip("lightning")
+    namespace: dict = {}
+    exec(compile(block, f"README block {index}", "exec"), namespace)
+    checked = 0
+    for line in block.splitlines():
+        code, _, comment = line.partition("#")
+        promised = re.match(r"\s*(tensor\(.*\))\s*$", comment)
+        if promised and not line.startswith(" ") and not re.match(r"\s*\w+\s*=[^=]", code):
+            value = eval(code, namespace)
+            expected = eval(promised.group(1), {"tensor": torch.tensor, "torch": torch})
+            torch.testing.assert_close(value, expected.to(value.dtype), atol=5e-5, rtol=0)
+            checked += 1
+    if "tensor(" in block:
+        assert checked, "a README block promises values but none was checked"
+
+
+def test_readme_has_both_setup_commands():
+    text = README.read_text()
+    for tag in ("example", "test"):
+        assert f"<!-- setup:{tag} -->\n```bash\n" in text
