@@ -317,8 +317,8 @@ def test_metric_attributes_and_state_types():
     assert lw.precision_sum.dtype == torch.float64 and lw.precision_sum.shape == (5,)
     assert lw.label_count.dtype == torch.int64 and lw.label_count.shape == (5,)
     assert lr.lrap_sum.dtype == torch.float64 and lr.weight_sum.dtype == torch.float64
-    assert set(lw._reductions) == {"precision_sum", "label_count"}
-    assert set(lr._reductions) == {"lrap_sum", "weight_sum"}
+    assert set(lw._reductions) == {"precision_sum", "label_count", "options_tag"}
+    assert set(lr._reductions) == {"lrap_sum", "weight_sum", "options_tag"}
 
 
 # ----------------------------------------------------------------------------------------------------------------

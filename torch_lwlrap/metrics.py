@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torch_lwlrap._checks import check_average, check_ignore_index, check_num_labels, check_ties
+from torch_lwlrap._checks import TIES, check_average, check_ignore_index, check_num_labels, check_ties
 from torch_lwlrap.functional import (
     _lrap_compute,
     _lrap_update,
@@ -22,6 +22,17 @@ from torch_lwlrap.functional import (
 )
 
 __all__ = ["MultilabelLWLRAP", "MultilabelLRAP"]
+
+
+def _add_options_tag(metric: Metric, ties: str, ignore_index: Optional[int]) -> None:
+    """A constant state that tells apart metrics whose updates differ.
+
+    ``MetricCollection`` shares one state between metrics whose states are equal after the first update; two
+    metrics that differ in ``ties`` or ``ignore_index`` may agree on one batch and differ on the next, so they must
+    never share. The tag never changes (``"max"`` reduction keeps it across processes and merges).
+    """
+    value = [TIES.index(ties), 0 if ignore_index is None else 1, 0 if ignore_index is None else ignore_index]
+    metric.add_state("options_tag", torch.tensor(value, dtype=torch.int64), dist_reduce_fx="max")
 
 
 def _check_device(metric: Metric, preds: Any) -> None:
@@ -88,6 +99,7 @@ class MultilabelLWLRAP(Metric):
         self.validate_args = validate_args
         self.add_state("precision_sum", torch.zeros(num_labels, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("label_count", torch.zeros(num_labels, dtype=torch.int64), dist_reduce_fx="sum")
+        _add_options_tag(self, self.ties, self.ignore_index)
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``."""
@@ -181,6 +193,7 @@ class MultilabelLRAP(Metric):
         self.validate_args = validate_args
         self.add_state("lrap_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        _add_options_tag(self, self.ties, self.ignore_index)
 
     def update(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> None:
         """Add a batch, optionally with non-negative per-sample weights ``(N,)``."""

@@ -1,0 +1,81 @@
+"""The Lightning example: the values it logs per validation epoch equal one computation over the whole set.
+
+The example runs as a subprocess (Lightning's own warnings stay out of this process, where warnings are errors)
+and writes, with ``--out``, the logged values and the validation predictions and targets of every epoch,
+gathered from all processes. Each logged value is recomputed from them in one piece with the library's functions
+and with scikit-learn (lwlrap = LRAP with each sample weighted by its number of positives).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lightning")
+sklearn_metrics = pytest.importorskip("sklearn.metrics")
+
+from torch_lwlrap import multilabel_lrap, multilabel_lwlrap  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "lightning_tagging.py"
+NUM_CLASSES = 20
+
+
+def _run_example(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "run.json"
+    command = [sys.executable, str(EXAMPLE), "--quiet", "--epochs", "2", "--num-train", "256", "--out", str(out)]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    result = subprocess.run(command + list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"example failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    assert out.exists(), f"example wrote no {out.name}:\n{result.stdout}\n{result.stderr}"
+    return json.loads(out.read_text())
+
+
+def _check_logged_values(run: dict, num_val: int) -> None:
+    epochs = run["epochs"]
+    assert [record["epoch"] for record in epochs] == [0, 1]
+    for record in epochs:
+        preds = torch.tensor(record["preds"], dtype=torch.float64)
+        target = torch.tensor(record["target"], dtype=torch.float64)
+        # every validation sample exactly once: no padding duplicates from a distributed sampler
+        assert preds.shape == target.shape == (num_val, NUM_CLASSES)
+        assert len({tuple(row) for row in record["preds"]}) == num_val
+        positives = target.sum(dim=1)
+        assert ((positives >= 1) & (positives <= 3)).all()
+
+        lwlrap, lrap = record["val_lwlrap"], record["val_lrap"]
+        assert lwlrap == pytest.approx(multilabel_lwlrap(preds, target).item(), abs=1e-12)
+        assert lrap == pytest.approx(multilabel_lrap(preds, target).item(), abs=1e-12)
+
+        y_true, y_score = target.numpy().astype(np.int64), preds.numpy()
+        sk_lrap = sklearn_metrics.label_ranking_average_precision_score(y_true, y_score)
+        sk_lwlrap = sklearn_metrics.label_ranking_average_precision_score(
+            y_true, y_score, sample_weight=y_true.sum(axis=1)
+        )
+        assert lwlrap == pytest.approx(sk_lwlrap, abs=1e-12)
+        assert lrap == pytest.approx(sk_lrap, abs=1e-12)
+    # the model trains: predictions change between the epochs
+    assert epochs[0]["preds"] != epochs[1]["preds"]
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes_log_the_whole_set_value(tmp_path):
+    # 203 samples: uneven shards (102 + 101) and a partial last batch on each process
+    args = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--num-val", "203", "--batch-size", "32"]
+    run = _run_example(tmp_path, *args)
+    assert run["config"]["world_size"] == 2
+    _check_logged_values(run, num_val=203)
+
+
+@pytest.mark.slow
+def test_single_device_run(tmp_path):
+    run = _run_example(tmp_path, "--accelerator", "cpu", "--devices", "1", "--num-val", "150", "--batch-size", "16")
+    assert run["config"]["world_size"] == 1
+    _check_logged_values(run, num_val=150)
