@@ -36,3 +36,13 @@ def test_readme_has_both_setup_commands():
     text = README.read_text()
     for tag in ("example", "test"):
         assert f"<!-- setup:{tag} -->\n```bash\n" in text
+
+
+def test_readme_command_line_output_is_current(capsys, monkeypatch):
+    from torch_lwlrap.cli import main
+
+    text = README.read_text()
+    shown = re.search(r"## Command line.*?```text\n(.*?)```", text, flags=re.S).group(1)
+    monkeypatch.chdir(README.parent)
+    assert main(["score", "examples/data/sample_truth.csv", "examples/data/sample_submission.csv", "--per-class"]) == 0
+    assert capsys.readouterr().out == shown

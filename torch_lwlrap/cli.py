@@ -619,9 +619,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error(str(err))
 
     if args.json:
-        print(json.dumps(score.to_dict()))
+        text = json.dumps(score.to_dict())
     else:
-        print(format_report(score, args.truth, args.pred, per_class=args.per_class))
+        text = format_report(score, args.truth, args.pred, per_class=args.per_class)
         if args.plot:
-            print(f"\nper-class chart written to {args.plot}")
+            text += f"\n\nper-class chart written to {args.plot}"
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # e.g. `torch-lwlrap score ... | head`: the reader left, which is no error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
