@@ -107,12 +107,27 @@ def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor) -> None:
         )
 
 
+def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
+    """``ignore_index`` where ``target``'s dtype can hold it, else None.
+
+    Comparing an integer tensor with a value outside its dtype's range wraps the value around (``-1`` equals ``255``
+    in ``uint8``): such a target cannot contain ``ignore_index`` at all.
+    """
+    if ignore_index is None or target.dtype == torch.bool:
+        return None
+    if not target.is_floating_point():
+        info = torch.iinfo(target.dtype)
+        if not info.min <= ignore_index <= info.max:
+            return None
+    return ignore_index
+
+
 def _check_values(
     preds: Tensor, target: Tensor, ignore_index: Optional[int], sample_weight: Optional[Tensor]
 ) -> None:
     """Value checks with exactly one host-device sync; details are only looked up when something is wrong."""
     bad_target = (target != 0) & (target != 1)
-    if ignore_index is not None:
+    if _ignore_value(target, ignore_index) is not None:
         bad_target &= target != ignore_index
     flags = [torch.isnan(preds).any(), bad_target.any()]
     if sample_weight is not None:
@@ -138,6 +153,25 @@ def _check_values(
     raise ValueError("Argument `sample_weight` must be finite, but contains inf.")
 
 
+def check_inputs(
+    preds: Tensor,
+    target: Tensor,
+    num_labels: Optional[int],
+    ignore_index: Optional[int],
+    validate_args: bool,
+    sample_weight: Optional[Tensor] = None,
+) -> None:
+    """Every check of :func:`format_inputs`, without formatting: raises on a bad batch, else does nothing.
+
+    Shape, dtype and device checks always run; value checks run when ``validate_args`` (one host-device sync).
+    """
+    _check_tensor_args(preds, target, num_labels)
+    if sample_weight is not None:
+        _check_sample_weight_args(sample_weight, preds)
+    if validate_args:
+        _check_values(preds, target, ignore_index, sample_weight)
+
+
 def format_inputs(
     preds: Tensor,
     target: Tensor,
@@ -152,11 +186,7 @@ def format_inputs(
     ignored. Shape, dtype and device checks always run (they cost nothing); value checks run when
     ``validate_args`` and cost one host-device sync.
     """
-    _check_tensor_args(preds, target, num_labels)
-    if sample_weight is not None:
-        _check_sample_weight_args(sample_weight, preds)
-    if validate_args:
-        _check_values(preds, target, ignore_index, sample_weight)
+    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight)
 
     num_classes = preds.shape[1]
     if preds.ndim > 2:
@@ -173,6 +203,6 @@ def format_inputs(
     else:
         positive = target == 1
         known = None
-        if ignore_index is not None:
+        if _ignore_value(target, ignore_index) is not None:
             known = target != ignore_index
     return preds, positive, known, sample_weight

@@ -6,13 +6,21 @@ predictions are kept or gathered, and ``forward`` needs no full state update.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple, Union
+import contextlib
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torch_lwlrap._checks import TIES, check_average, check_ignore_index, check_num_labels, check_ties
+from torch_lwlrap._checks import (
+    TIES,
+    check_average,
+    check_ignore_index,
+    check_inputs,
+    check_num_labels,
+    check_ties,
+)
 from torch_lwlrap.functional import (
     _lrap_compute,
     _lrap_update,
@@ -42,6 +50,35 @@ def _check_device(metric: Metric, preds: Any) -> None:
             f"Argument `preds` is on {preds.device} but the state of {type(metric).__name__} is on {device}: "
             f"move the metric with `.to({str(preds.device)!r})` or the inputs with `.to({str(device)!r})`."
         )
+
+
+@contextlib.contextmanager
+def _values_checked(metric: Metric) -> Iterator[None]:
+    """Skip the value checks of ``update`` inside the block: the batch was checked already."""
+    validate_args = metric.validate_args
+    metric.validate_args = False
+    try:
+        yield
+    finally:
+        metric.validate_args = validate_args
+
+
+def _apply_keeping_float64(metric: Metric, fn: Callable, exclude_state: Sequence[str], names: Tuple[str, ...]):
+    """``Metric._apply`` that moves the float64 sums ``names`` across devices but never changes their dtype.
+
+    torchmetrics guards its states against ``.half()`` or ``.float()`` but not against ``.to(dtype)``, which
+    mixed-precision trainers call on whole models (``model.to(torch.bfloat16)``): cast sums would be rounded at
+    every update. Only an explicit ``set_dtype`` converts them.
+    """
+    extra = (exclude_state,) if exclude_state else ()
+    if metric._dtype_convert:
+        return Metric._apply(metric, fn, *extra)
+    saved = {name: (getattr(metric, name), metric._defaults[name]) for name in names if name not in exclude_state}
+    this = Metric._apply(metric, fn, *extra)
+    for name, (value, default) in saved.items():  # the sums as they were, on the device fn moved them to
+        setattr(this, name, value.to(getattr(this, name).device))
+        this._defaults[name] = default.to(this._defaults[name].device)
+    return this
 
 
 class MultilabelLWLRAP(Metric):
@@ -109,6 +146,27 @@ class MultilabelLWLRAP(Metric):
         )
         self.precision_sum += precision_sum
         self.label_count += label_count
+
+    def forward(self, preds: Tensor, target: Tensor) -> Tensor:
+        """Add a batch and return the lwlrap of this batch alone (``metric(preds, target)``).
+
+        A rejected batch raises before anything changes: the accumulated state is kept.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLWLRAP
+            >>> metric = MultilabelLWLRAP(num_labels=3)
+            >>> metric(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]))
+            tensor(0.5833, dtype=torch.float64)
+        """
+        # torchmetrics' forward empties the state before calling update: check the batch first.
+        _check_device(self, preds)
+        check_inputs(preds, target, self.num_labels, self.ignore_index, self.validate_args)
+        with _values_checked(self):
+            return super().forward(preds, target)
+
+    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelLWLRAP":
+        return _apply_keeping_float64(self, fn, exclude_state, ("precision_sum",))
 
     def compute(self) -> Tensor:
         """lwlrap of all accumulated batches (float64; ``(C,)`` with ``average="none"``)."""
@@ -203,6 +261,27 @@ class MultilabelLRAP(Metric):
         )
         self.lrap_sum += lrap_sum
         self.weight_sum += weight_sum
+
+    def forward(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> Tensor:
+        """Add a batch and return the LRAP of this batch alone (``metric(preds, target)``).
+
+        A rejected batch raises before anything changes: the accumulated state is kept.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLRAP
+            >>> metric = MultilabelLRAP(num_labels=3)
+            >>> metric(torch.tensor([[0.75, 0.5, 1.0]]), torch.tensor([[1, 0, 0]]))
+            tensor(0.5000, dtype=torch.float64)
+        """
+        # torchmetrics' forward empties the state before calling update: check the batch first.
+        _check_device(self, preds)
+        check_inputs(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
+        with _values_checked(self):
+            return super().forward(preds, target, sample_weight=sample_weight)
+
+    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelLRAP":
+        return _apply_keeping_float64(self, fn, exclude_state, ("lrap_sum", "weight_sum"))
 
     def compute(self) -> Tensor:
         """LRAP of all accumulated samples (float64 scalar)."""

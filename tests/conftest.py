@@ -1,0 +1,78 @@
+"""Shared test fixtures: engine paths, devices and hypothesis profiles.
+
+* ``engine``: every ranking path the engine offers ("sort", "count", and "triton" where Triton is installed and a
+  CUDA device is present), entered with :func:`torch_lwlrap._ranking.use_engine` for the whole test; a path that
+  cannot run on the test's ``device`` is skipped.
+* ``device``: "cpu", plus "cuda" when a CUDA device is present.
+* hypothesis profiles: ``ci`` (the default: modest example counts, no deadline), ``dev`` (quick) and ``thorough``
+  (many examples); pick one with the environment variable ``HYPOTHESIS_PROFILE``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+from torch_lwlrap._ranking import ENGINES as _ENGINE_NAMES
+from torch_lwlrap._ranking import use_engine
+
+CUDA = torch.cuda.is_available()
+
+#: Devices every device-parametrized test runs on.
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+
+
+def _triton_runs_on(device: str) -> bool:
+    """Whether the "triton" path runs its kernel (rather than falling back) on ``device``.
+
+    Only CUDA devices count: Triton's CPU interpreter (``TRITON_INTERPRET=1``) is far too slow for these suites and
+    is exercised by ``tests/test_triton.py``.
+    """
+    if "triton" not in _ENGINE_NAMES or not device.startswith("cuda"):
+        return False
+    try:
+        from torch_lwlrap import _triton_kernel
+    except ImportError:
+        return False
+    return _triton_kernel.is_available(device)
+
+
+def engine_paths_for(device: str) -> list:
+    """The concrete engine paths ("auto" only picks one of them) that rank tensors on ``device``."""
+    return [name for name in ("sort", "count") if name in _ENGINE_NAMES] + (
+        ["triton"] if _triton_runs_on(device) else []
+    )
+
+
+#: Every engine path that runs on at least one of :data:`DEVICES`.
+ENGINE_PATHS = engine_paths_for(DEVICES[-1])
+
+
+settings.register_profile(
+    "ci", max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.register_profile("dev", max_examples=15, deadline=None)
+settings.register_profile(
+    "thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    """Each available device: "cpu", and "cuda" when present."""
+    return request.param
+
+
+@pytest.fixture(params=ENGINE_PATHS)
+def engine(request) -> str:
+    """Each engine path, forced for the duration of the test."""
+    name = request.param
+    device = request.getfixturevalue("device") if "device" in request.fixturenames else "cpu"
+    if name not in engine_paths_for(device):
+        pytest.skip(f"the {name} path does not run on {device}")
+    with use_engine(name):
+        yield name

@@ -1,0 +1,232 @@
+"""Distributed accumulation: two gloo processes on CPU agree with one process over all the data.
+
+One spawn of two processes runs every scenario (uneven shards, a rank that never updates, ``dist_sync_on_step``)
+for both metrics and every average; each rank writes its results to a file that the test compares with a
+single-process run and with the naive references.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.reference import naive_lrap, naive_lwlrap
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+
+WORLD_SIZE = 2
+NUM_LABELS = 5
+IGNORE = -1
+TIMEOUT_S = 120
+
+METRICS = {
+    "lwlrap-weighted": dict(average="weighted", ties="max"),
+    "lwlrap-macro": dict(average="macro", ties="index"),
+    "lwlrap-none": dict(average="none", ties="max"),
+    "lrap": dict(ties="max"),
+    "lrap-index": dict(ties="index"),
+}
+
+# batch indices per rank: uneven shards, and each rank in turn without any batch
+SHARDS = {
+    "uneven": {0: [0, 1, 2], 1: [3]},
+    "rank 1 idle": {0: [0, 1, 2, 3], 1: []},
+    "rank 0 idle": {0: [], 1: [0, 1, 2, 3]},
+}
+# dist_sync_on_step: every rank calls forward at every step; None is an empty batch (the end of an uneven epoch)
+STEPS = [(0, 1), (2, 3), (4, None)]
+
+
+def make_metric(name: str, **kwargs):
+    options = dict(METRICS[name], ignore_index=IGNORE, **kwargs)
+    if name.startswith("lwlrap"):
+        return MultilabelLWLRAP(NUM_LABELS, **options)
+    return MultilabelLRAP(NUM_LABELS, **options)
+
+
+def make_batches():
+    """Five batches of different sizes (all larger than the number of labels), with ties and ignored labels."""
+    g = torch.Generator().manual_seed(17)
+    batches = []
+    for n in (7, 12, 9, 30, 11):
+        preds = torch.randint(0, 4, (n, NUM_LABELS), generator=g).double() / 4
+        target = (torch.rand(n, NUM_LABELS, generator=g) < 0.35).long()
+        target[torch.rand(n, NUM_LABELS, generator=g) < 0.1] = IGNORE
+        target[0] = 1  # every class has a positive in every batch
+        weight = torch.rand(n, generator=g).double() * 2
+        batches.append((preds, target, weight))
+    return batches
+
+
+def empty_batch():
+    return (
+        torch.zeros(0, NUM_LABELS, dtype=torch.float64),
+        torch.zeros(0, NUM_LABELS, dtype=torch.long),
+        torch.zeros(0, dtype=torch.float64),
+    )
+
+
+def step(metric, batch, *, forward=False):
+    preds, target, weight = batch
+    call = metric if forward else metric.update
+    if isinstance(metric, MultilabelLRAP):
+        return call(preds, target, sample_weight=weight)
+    return call(preds, target)
+
+
+def _worker(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60)
+    )
+    gathered_shapes = []
+    all_gather = dist.all_gather
+
+    def recording_all_gather(tensor_list, tensor, *args, **kwargs):
+        gathered_shapes.append(tuple(tensor.shape))
+        return all_gather(tensor_list, tensor, *args, **kwargs)
+
+    dist.all_gather = recording_all_gather
+    batches = make_batches()
+    results = {"gathered": {}, "synced_states": {}, "value": {}, "steps": {}, "warnings": []}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for scenario, shards in SHARDS.items():
+            for name in METRICS:
+                metric = make_metric(name)
+                for index in shards[rank]:
+                    step(metric, batches[index])
+                gathered_shapes.clear()
+                results["value"][scenario, name] = metric.compute()
+                results["gathered"][scenario, name] = list(gathered_shapes)
+                metric.sync()
+                results["synced_states"][scenario, name] = {
+                    key: (tuple(value.shape), str(value.dtype)) for key, value in metric.metric_state.items()
+                }
+                metric.unsync()
+                step(metric, batches[4])  # still accumulating locally after compute, sync and unsync
+                results["value"][scenario + " then batch 4 on both ranks", name] = metric.compute()
+        for name in METRICS:
+            metric = make_metric(name, dist_sync_on_step=True)
+            values = []
+            for pair in STEPS:
+                index = pair[rank]
+                values.append(step(metric, empty_batch() if index is None else batches[index], forward=True))
+            results["steps"][name] = values
+            results["value"]["dist_sync_on_step", name] = metric.compute()
+    results["warnings"] = [str(w.message) for w in caught]
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def single_process(name, batches):
+    metric = make_metric(name)
+    for batch in batches:
+        step(metric, batch)
+    return metric.compute()
+
+
+def naive(name, batches):
+    preds = torch.cat([b[0] for b in batches]).numpy()
+    target = torch.cat([b[1] for b in batches]).numpy()
+    options = METRICS[name]
+    if name.startswith("lrap"):
+        weight = torch.cat([b[2] for b in batches]).numpy()
+        return naive_lrap(preds, target, options["ties"], IGNORE, weight)
+    return naive_lwlrap(preds, target, options["ties"], IGNORE, options["average"])
+
+
+def assert_same(actual, expected, what):
+    assert actual.dtype == torch.float64, what
+    np.testing.assert_allclose(
+        actual.numpy(), np.asarray(expected, dtype=np.float64), rtol=1e-12, atol=1e-12, err_msg=what
+    )
+
+
+@pytest.fixture(scope="module")
+def rank_results(tmp_path_factory):
+    """Spawn the two ranks once and load what each wrote."""
+    out_dir = tmp_path_factory.mktemp("distributed")
+    context = mp.start_processes(
+        _worker,
+        args=(str(out_dir / "init"), str(out_dir)),
+        nprocs=WORLD_SIZE,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the two ranks did not finish within {TIMEOUT_S} s")
+    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(WORLD_SIZE)]
+
+
+@pytest.mark.parametrize("scenario", list(SHARDS))
+@pytest.mark.parametrize("name", list(METRICS))
+def test_every_rank_computes_the_value_over_all_shards(rank_results, scenario, name):
+    batches = make_batches()
+    everything = [batches[i] for rank in range(WORLD_SIZE) for i in SHARDS[scenario][rank]]
+    expected = single_process(name, everything)
+    assert_same(expected, naive(name, everything), f"{scenario}/{name}: single process vs naive")
+    then = everything + [batches[4]] * WORLD_SIZE
+    expected_then = single_process(name, then)
+    assert_same(expected_then, naive(name, then), f"{scenario}/{name}: single process vs naive")
+    for rank, results in enumerate(rank_results):
+        assert_same(results["value"][scenario, name], expected, f"rank {rank}, {scenario}, {name}")
+        assert_same(results["value"][scenario + " then batch 4 on both ranks", name], expected_then, f"rank {rank}")
+
+
+@pytest.mark.parametrize("name", list(METRICS))
+def test_dist_sync_on_step_gives_the_batch_value_over_both_ranks(rank_results, name):
+    batches = make_batches()
+    seen = []
+    for i, pair in enumerate(STEPS):
+        step_batches = [batches[index] for index in pair if index is not None]
+        seen += step_batches
+        expected = single_process(name, step_batches)
+        assert_same(expected, naive(name, step_batches), f"step {i}: single process vs naive")
+        for rank, results in enumerate(rank_results):
+            assert_same(results["steps"][name][i], expected, f"rank {rank}, step {i}, {name}")
+    expected = single_process(name, seen)
+    assert_same(expected, naive(name, seen), "single process vs naive")
+    for rank, results in enumerate(rank_results):
+        assert_same(results["value"]["dist_sync_on_step", name], expected, f"rank {rank}, {name}")
+
+
+@pytest.mark.parametrize("name", list(METRICS))
+def test_only_fixed_size_sums_are_synced(rank_results, name):
+    """Nothing that grows with the data crosses processes: after sync every state is (C,), (3,) or a scalar."""
+    largest_batch = max(len(b[0]) for b in make_batches())
+    for results in rank_results:
+        for scenario in SHARDS:
+            states = results["synced_states"][scenario, name]
+            if name.startswith("lwlrap"):
+                assert states["precision_sum"] == ((NUM_LABELS,), "torch.float64")
+                assert states["label_count"] == ((NUM_LABELS,), "torch.int64")
+            else:
+                assert states["lrap_sum"] == ((), "torch.float64")
+                assert states["weight_sum"] == ((), "torch.float64")
+            for key, (shape, _) in states.items():
+                assert int(np.prod(shape)) <= NUM_LABELS, f"{key} synced with shape {shape}"
+            gathered = results["gathered"][scenario, name]
+            assert gathered, "compute did not sync"
+            assert len(gathered) <= 2 * len(states)  # one gather of sizes and one of values per state at most
+            assert all(int(np.prod(shape)) <= NUM_LABELS < largest_batch for shape in gathered), gathered
+
+
+def test_no_unexpected_warning_in_the_ranks(rank_results):
+    for results in rank_results:
+        unexpected = [m for m in results["warnings"] if "before the ``update``" not in m]
+        assert not unexpected
