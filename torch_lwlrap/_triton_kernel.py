@@ -1,0 +1,462 @@
+"""Fused Triton kernel for the ranking engine: label precisions counted in one pass over the scores.
+
+This is the ``"triton"`` path of :func:`torch_lwlrap._ranking.ranking_sums`; ``"auto"`` takes it for CUDA tensors
+when Triton is importable (``pip install torch-lwlrap[gpu]``). It computes the same counts as the sort-free
+``"count"`` path, without sorting and without any ``(N, C)`` temporary:
+
+* Each program owns blocks of rows (a persistent grid: about as many programs as the GPU keeps resident, each
+  striding over the row blocks). A block of ``BLOCK_R`` rows is read once from global memory into registers, with
+  ``BLOCK_C`` the next power of two ``>= C``.
+* While a row has an unprocessed positive label, the lowest such column ``j`` and its score ``s_j`` are found by
+  one masked minimum over a 64-bit key (the column in the high 32 bits, the float32 bits of the score in the low
+  ones; float64 scores take a minimum over columns and a maximum over scores instead). Then one reduction over the
+  row counts both ``rank = #{k known : s_k >= s_j}`` and ``hits = #{k positive : s_k >= s_j}`` (for
+  ``ties="index"``: ``s_k > s_j``, or ``s_k == s_j`` and ``k <= j``), packed in one int32 (``rank + 65536 * hits``,
+  exact for up to 16384 columns per tile). The precision ``hits / rank`` is divided in float64, as on the torch
+  paths. A block of rows loops as many times as its row with the most positives: the work is ``O(P C)`` for ``P``
+  positives, like the "count" path, and best when labels are sparse.
+* Rows with more columns than :data:`MAX_BLOCK` are processed one at a time in tiles of :data:`TILE` columns: each
+  positive of a tile is ranked by looping over every tile of its row (re-read from the L2 cache).
+* Scores are compared in their own precision: float16 and bfloat16 are widened to float32 (exact, so order and ties
+  are kept), float64 stays float64; ``+-inf`` rank like any other value. Targets are read as bytes (a bool tensor is
+  reinterpreted, not copied). Any strides are accepted: no copy is made of non-contiguous inputs.
+
+Per-sample sums are stored by the program that owns the row. Per-class sums are accumulated in registers by each
+program and written to a ``(programs, C)`` float64 workspace (the tiled kernel adds each tile's sums to the
+program's own workspace row, each column always from the same thread), then summed over programs by torch: no float
+atomics between programs, so the result is the same on every run on the same GPU. The grid, hence the summation
+order, depends on the GPU's multiprocessor count: other GPUs, or other paths, may differ in the last bits (about
+1e-16 relative). The workspace holds at most ``N / 16`` rows of ``C`` float64, a small fraction of the inputs' size.
+
+Launch parameters depend only on the shapes, so the path makes no host-device synchronization.
+
+For development without a GPU, Triton's interpreter (``TRITON_INTERPRET=1`` in the environment before Triton is first
+imported) runs the same kernels on CPU tensors; :func:`is_available` then reports CPU tensors as supported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+try:  # Triton is an optional dependency (the "gpu" extra)
+    import triton
+    import triton.language as tl
+except Exception:  # pragma: no cover - depends on the installation
+    triton = None
+    tl = None
+
+#: Largest ``BLOCK_C`` (power of two) ranked as one register tile per row; wider rows use the tiled kernel.
+MAX_BLOCK = 8192
+
+#: Columns per tile in the tiled kernel (rows wider than :data:`MAX_BLOCK`).
+TILE = 2048
+
+#: Scores per program tile (``BLOCK_R * BLOCK_C``) aimed at for narrow rows.
+TARGET_TILE_ELEMENTS = 1024
+
+#: Scores per thread aimed at: about 100 registers per thread on sm_90, so several programs stay resident.
+ELEMENTS_PER_THREAD = 8
+
+#: At most one program per this many rows, so the class-sum workspace stays small next to the inputs.
+ROWS_PER_PROGRAM_MIN = 16
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+#: The packed counts hold ``rank`` in the low 16 bits and ``hits`` above: tiles of at most this many columns.
+_PACK_LIMIT = 16384
+
+
+class LaunchConfig(NamedTuple):
+    """How a batch is split among Triton programs."""
+
+    tiled: bool  #: True: one row at a time in tiles of ``block_cols`` columns
+    block_rows: int  #: rows per register tile (1 when tiled)
+    block_cols: int  #: columns per register tile
+    num_warps: int  #: warps per program
+    num_programs: int  #: programs launched (persistent grid)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def launch_config(
+    num_samples: int,
+    num_classes: int,
+    *,
+    max_programs: int,
+    block_rows: Optional[int] = None,
+    max_block: int = MAX_BLOCK,
+    tile: int = TILE,
+) -> LaunchConfig:
+    """The launch parameters for a batch of ``num_samples`` rows of ``num_classes`` scores.
+
+    Args:
+        num_samples: rows ``N``.
+        num_classes: columns ``C``.
+        max_programs: the most programs to launch (about what the GPU keeps resident).
+        block_rows: rows per tile for narrow rows; by default about :data:`TARGET_TILE_ELEMENTS` scores per tile.
+        max_block: widest single tile (a power of two); wider rows use tiles of ``tile`` columns.
+        tile: columns per tile for wide rows (a power of two, at most 16384).
+
+    Returns:
+        A :class:`LaunchConfig`.
+
+    Example:
+        >>> launch_config(1_000_000, 527, max_programs=2112)
+        LaunchConfig(tiled=False, block_rows=1, block_cols=1024, num_warps=4, num_programs=2112)
+        >>> launch_config(1_000_000, 80, max_programs=2112)
+        LaunchConfig(tiled=False, block_rows=8, block_cols=128, num_warps=4, num_programs=2112)
+        >>> launch_config(100_000, 10_000, max_programs=1056)
+        LaunchConfig(tiled=True, block_rows=1, block_cols=2048, num_warps=8, num_programs=1056)
+    """
+    for name, value in (("max_block", max_block), ("tile", tile)):
+        if value < 16 or value > _PACK_LIMIT or value & (value - 1):
+            raise ValueError(
+                f"Argument `{name}` must be a power of two between 16 and {_PACK_LIMIT}, but got {value!r}."
+            )
+    if block_rows is not None and (block_rows < 1 or block_rows & (block_rows - 1)):
+        raise ValueError(f"Argument `block_rows` must be a power of two, but got {block_rows!r}.")
+    block_cols = max(16, _next_power_of_2(num_classes))
+    if block_cols > max_block:
+        return LaunchConfig(True, 1, tile, _warps_for(tile), _grid_size(num_samples, num_samples, max_programs))
+    if block_rows is None:
+        block_rows = max(1, TARGET_TILE_ELEMENTS // block_cols)
+        block_rows = min(block_rows, _next_power_of_2(max(num_samples, 1)))
+    num_warps = _warps_for(block_rows * block_cols)
+    blocks = -(-num_samples // block_rows)
+    return LaunchConfig(False, block_rows, block_cols, num_warps, _grid_size(blocks, num_samples, max_programs))
+
+
+def _warps_for(tile_elements: int) -> int:
+    return max(1, min(16, tile_elements // (32 * ELEMENTS_PER_THREAD)))
+
+
+def _grid_size(blocks: int, num_samples: int, max_programs: int) -> int:
+    return max(1, min(blocks, max_programs, num_samples // ROWS_PER_PROGRAM_MIN))
+
+
+def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
+    """Whether the kernel can rank scores on ``device`` (and of ``dtype``, when given).
+
+    True for CUDA devices when Triton is importable; when Triton runs in interpreter mode (``TRITON_INTERPRET=1``
+    set before Triton was imported), CPU tensors instead. The supported score dtypes are float16, bfloat16, float32
+    and float64.
+
+    Example:
+        >>> import torch
+        >>> is_available(torch.device("meta"))
+        False
+        >>> is_available("cuda", torch.float8_e4m3fn)
+        False
+    """
+    if triton is None or (dtype is not None and dtype not in _DTYPES):
+        return False
+    device = torch.device(device)
+    if _INTERPRETED:
+        return device.type == "cpu"
+    return device.type == "cuda" and torch.cuda.is_available()
+
+
+def _max_programs(device: torch.device, num_warps: int) -> int:
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return sms * max(1, 32 // num_warps)  # about twice the programs one multiprocessor keeps resident
+    return 8  # interpreter: programs run one after the other anyway
+
+
+def ranking_sums_triton(
+    preds: Tensor,
+    positive: Tensor,
+    known: Optional[Tensor],
+    class_precision_sum: Tensor,
+    sample_precision_sum: Tensor,
+    *,
+    ties: str = "max",
+    block_rows: Optional[int] = None,
+    max_block: int = MAX_BLOCK,
+    tile: int = TILE,
+    num_warps: Optional[int] = None,
+    num_programs: Optional[int] = None,
+) -> None:
+    """Add a batch's per-class precision sums to ``class_precision_sum`` and store its per-sample sums.
+
+    Args:
+        preds: ``(N, C)`` floating scores (float16, bfloat16, float32 or float64), any strides.
+        positive: ``(N, C)`` bool positive labels.
+        known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
+        class_precision_sum: ``(C,)`` float64, added to.
+        sample_precision_sum: ``(N,)`` contiguous float64, overwritten.
+        ties: ``"max"`` or ``"index"``.
+        block_rows: rows per program tile (see :func:`launch_config`); tuning only.
+        max_block: widest single tile; tuning and tests only.
+        tile: columns per tile for wide rows; tuning and tests only.
+        num_warps: warps per program, instead of :func:`launch_config`'s; tuning only.
+        num_programs: programs launched, instead of the default persistent grid; tuning and tests only.
+
+    Example:
+        The engine's ``"triton"`` path calls this function where the kernel can run, and ranks with the torch
+        ``"sort"`` path elsewhere; the sums are the same:
+
+        >>> import torch
+        >>> from torch_lwlrap import _triton_kernel as kernel
+        >>> from torch_lwlrap._ranking import ranking_sums, use_engine
+        >>> device = "cuda" if kernel.is_available("cuda") else "cpu"
+        >>> scores = torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]], device=device)
+        >>> positive = torch.tensor([[True, False, True], [False, True, True]], device=device)
+        >>> with use_engine("triton"):
+        ...     sums = ranking_sums(scores, positive)
+        >>> sums.class_precision_sum.tolist()  # column 0: 2/3 in row 0; column 1: 1/1 in row 1; column 2: 1/2 + 2/2
+        [0.6666666666666666, 1.0, 1.5]
+        >>> sums.sample_precision_sum.tolist()  # row 0: 2/3 + 1/2; row 1: 1/1 + 2/2
+        [1.1666666666666665, 2.0]
+    """
+    if triton is None:
+        raise RuntimeError("The triton engine needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
+    if ties not in ("max", "index"):
+        raise ValueError(f"Argument `ties` must be one of ('max', 'index'), but got {ties!r}.")
+    if preds.dtype not in _DTYPES:
+        raise TypeError(
+            f"The triton engine ranks float16, bfloat16, float32 or float64 scores, but got dtype {preds.dtype}."
+        )
+    for name, value in (("positive", positive), ("known", known)):
+        if value is not None and (value.dtype != torch.bool or value.shape != preds.shape):
+            raise ValueError(
+                f"Argument `{name}` must be a bool tensor of the shape of `preds` {tuple(preds.shape)}, but got "
+                f"dtype {value.dtype} and shape {tuple(value.shape)}."
+            )
+    num_samples, num_classes = preds.shape
+    for name, value, size in (
+        ("class_precision_sum", class_precision_sum, num_classes),
+        ("sample_precision_sum", sample_precision_sum, num_samples),
+    ):
+        if value.dtype != torch.float64 or value.shape != (size,) or not value.is_contiguous():
+            raise ValueError(
+                f"Argument `{name}` must be a contiguous float64 tensor of shape ({size},), but got dtype "
+                f"{value.dtype}, shape {tuple(value.shape)} and strides {value.stride()}."
+            )
+    if num_samples == 0 or num_classes == 0:
+        return
+    device = preds.device
+    config = launch_config(
+        num_samples, num_classes, max_programs=1 << 30, block_rows=block_rows, max_block=max_block, tile=tile
+    )
+    if num_warps is not None:
+        config = config._replace(num_warps=num_warps)
+    grid = num_programs or min(config.num_programs, _max_programs(device, config.num_warps))
+    targets = positive.view(torch.uint8)
+    has_known = known is not None
+    knowns = known.view(torch.uint8) if has_known else targets
+    workspace = (torch.zeros if config.tiled else torch.empty)(
+        (grid, num_classes), dtype=torch.float64, device=device
+    )
+    args = (
+        preds,
+        targets,
+        knowns,
+        sample_precision_sum,
+        workspace,
+        num_samples,
+        num_classes,
+        preds.stride(0),
+        preds.stride(1),
+        targets.stride(0),
+        targets.stride(1),
+        knowns.stride(0),
+        knowns.stride(1),
+    )
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        if config.tiled:
+            _tiled_kernel[(grid,)](
+                *args,
+                HAS_KNOWN=has_known,
+                TIES_INDEX=ties == "index",
+                TILE=config.block_cols,
+                num_warps=config.num_warps,
+            )
+        else:
+            _rows_kernel[(grid,)](
+                *args,
+                HAS_KNOWN=has_known,
+                TIES_INDEX=ties == "index",
+                BLOCK_R=config.block_rows,
+                BLOCK_C=config.block_cols,
+                num_warps=config.num_warps,
+            )
+    class_precision_sum.add_(workspace.sum(0))
+
+
+if triton is not None:
+
+    @triton.jit(do_not_specialize=["N"])
+    def _rows_kernel(
+        preds_ptr,
+        pos_ptr,
+        known_ptr,
+        sample_ptr,
+        ws_ptr,
+        N,
+        C,
+        stride_pr,
+        stride_pc,
+        stride_tr,
+        stride_tc,
+        stride_kr,
+        stride_kc,
+        HAS_KNOWN: tl.constexpr,
+        TIES_INDEX: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        BLOCK_C: tl.constexpr,
+    ):
+        """Rows that fit one register tile: ``BLOCK_R`` rows of ``BLOCK_C >= C`` columns per step."""
+        pid = tl.program_id(0)
+        num_programs = tl.num_programs(0)
+        cols = tl.arange(0, BLOCK_C)
+        col_ok = cols < C
+        class_acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float64)
+        num_blocks = tl.cdiv(N, BLOCK_R)
+        block = pid
+        while block < num_blocks:
+            rows = block.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+            row_ok = rows < N
+            inside = row_ok[:, None] & col_ok[None, :]
+            wide_cols = cols[None, :].to(tl.int64)  # 64-bit offsets: strides of transposed inputs can be large
+            scores = tl.load(preds_ptr + rows[:, None] * stride_pr + wide_cols * stride_pc, mask=inside, other=0)
+            if scores.dtype != tl.float64:
+                scores = scores.to(tl.float32)  # exact for float16 and bfloat16: order and ties are kept
+            positive = tl.load(pos_ptr + rows[:, None] * stride_tr + wide_cols * stride_tc, mask=inside, other=0)
+            if HAS_KNOWN:
+                kn = tl.load(known_ptr + rows[:, None] * stride_kr + wide_cols * stride_kc, mask=inside, other=0)
+                known = inside & (kn != 0)
+            else:
+                known = inside
+            # One reduction counts both: 1 per known label ahead (rank), 65536 per positive ahead (hits).
+            weight = tl.where(known, 1, 0) + tl.where(known & (positive != 0), 65536, 0)
+            num_steps = tl.max(tl.sum((weight >> 16).to(tl.int32), axis=1), axis=0)
+            sample_acc = tl.zeros((BLOCK_R,), dtype=tl.float64)
+            last = tl.full((BLOCK_R,), -1, dtype=tl.int32)  # positives are taken in column order
+            step = 0
+            while step < num_steps:
+                step += 1
+                remaining = (weight >= 65536) & (cols[None, :] > last[:, None])
+                if scores.dtype == tl.float64:
+                    pick = tl.min(tl.where(remaining, cols[None, :], BLOCK_C), axis=1)
+                    score = tl.max(tl.where(cols[None, :] == pick[:, None], scores, float("-inf")), axis=1)
+                else:
+                    # One reduction finds the lowest remaining column and its score: the key is the column in
+                    # the high 32 bits and the score's bits in the low 32 bits.
+                    bits = scores.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+                    key = tl.where(remaining, (cols[None, :].to(tl.int64) << 32) | bits, BLOCK_C << 32)
+                    key = tl.min(key, axis=1)
+                    pick = (key >> 32).to(tl.int32)
+                    score = (key & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+                score = score[:, None]
+                if TIES_INDEX:
+                    ahead = (scores > score) | ((scores == score) & (cols[None, :] <= pick[:, None]))
+                else:
+                    ahead = scores >= score
+                packed = tl.sum(tl.where(ahead, weight, 0), axis=1)
+                rank = packed & 65535
+                hits = packed >> 16
+                precision = tl.where(
+                    pick < BLOCK_C, hits.to(tl.float64) / tl.maximum(rank, 1).to(tl.float64), 0.0
+                )
+                sample_acc += precision
+                class_acc += tl.where(cols[None, :] == pick[:, None], precision[:, None], 0.0)
+                last = pick
+            tl.store(sample_ptr + rows, sample_acc, mask=row_ok)
+            block += num_programs
+        tl.store(ws_ptr + pid.to(tl.int64) * C + cols, tl.sum(class_acc, axis=0), mask=col_ok)
+
+    @triton.jit(do_not_specialize=["N"])
+    def _tiled_kernel(
+        preds_ptr,
+        pos_ptr,
+        known_ptr,
+        sample_ptr,
+        ws_ptr,
+        N,
+        C,
+        stride_pr,
+        stride_pc,
+        stride_tr,
+        stride_tc,
+        stride_kr,
+        stride_kc,
+        HAS_KNOWN: tl.constexpr,
+        TIES_INDEX: tl.constexpr,
+        TILE: tl.constexpr,
+    ):
+        """Wide rows: one row at a time, in tiles of ``TILE`` columns; each positive re-reads its row's tiles."""
+        pid = tl.program_id(0)
+        num_programs = tl.num_programs(0)
+        offsets = tl.arange(0, TILE)
+        row = pid.to(tl.int64)
+        while row < N:
+            score_base = preds_ptr + row * stride_pr
+            pos_base = pos_ptr + row * stride_tr
+            known_base = known_ptr + row * stride_kr
+            sample_sum = tl.full((), 0.0, dtype=tl.float64)
+            start = 0
+            while start < C:
+                cols = start + offsets
+                inside = cols < C
+                wide_cols = cols.to(tl.int64)  # 64-bit offsets: strides of transposed inputs can be large
+                scores = tl.load(score_base + wide_cols * stride_pc, mask=inside, other=0)
+                positive = tl.load(pos_base + wide_cols * stride_tc, mask=inside, other=0) != 0
+                if HAS_KNOWN:
+                    positive = positive & (tl.load(known_base + wide_cols * stride_kc, mask=inside, other=0) != 0)
+                positive = inside & positive
+                class_acc = tl.zeros((TILE,), dtype=tl.float64)
+                num_steps = tl.sum(positive.to(tl.int32), axis=0)
+                last = start - 1  # positives are taken in column order
+                step = 0
+                while step < num_steps:
+                    step += 1
+                    pick = tl.min(tl.where(positive & (cols > last), cols, C), axis=0)
+                    selected = cols == pick
+                    score = tl.max(tl.where(selected, scores, float("-inf")), axis=0)
+                    if score.dtype != tl.float64:
+                        score = score.to(tl.float32)
+                    rank = 0
+                    hits = 0
+                    other_start = 0
+                    while other_start < C:
+                        other_cols = other_start + offsets
+                        other_inside = other_cols < C
+                        other_wide = other_cols.to(tl.int64)
+                        others = tl.load(score_base + other_wide * stride_pc, mask=other_inside, other=0)
+                        if others.dtype != tl.float64:
+                            others = others.to(tl.float32)
+                        other_pos = tl.load(pos_base + other_wide * stride_tc, mask=other_inside, other=0) != 0
+                        if HAS_KNOWN:
+                            kn = tl.load(known_base + other_wide * stride_kc, mask=other_inside, other=0)
+                            other_known = other_inside & (kn != 0)
+                        else:
+                            other_known = other_inside
+                        weight = tl.where(other_known, 1, 0) + tl.where(other_known & other_pos, 65536, 0)
+                        if TIES_INDEX:
+                            ahead = (others > score) | ((others == score) & (other_cols <= pick))
+                        else:
+                            ahead = others >= score
+                        packed = tl.sum(tl.where(ahead, weight, 0), axis=0)
+                        rank += packed & 65535
+                        hits += packed >> 16
+                        other_start += TILE
+                    precision = hits.to(tl.float64) / tl.maximum(rank, 1).to(tl.float64)
+                    class_acc += tl.where(selected, precision, 0.0)
+                    last = pick
+                sample_sum += tl.sum(class_acc, axis=0)
+                # Only this program writes this workspace row, each column from one lane: the order is fixed.
+                tl.atomic_add(ws_ptr + pid.to(tl.int64) * C + cols, class_acc, mask=positive)
+                start += TILE
+            tl.store(sample_ptr + row, sample_sum)
+            row += num_programs
+
+    _INTERPRETED = type(_rows_kernel).__name__ == "InterpretedFunction"
+else:  # pragma: no cover
+    _INTERPRETED = False
