@@ -1,7 +1,7 @@
 """Shared test fixtures: engine paths, devices and hypothesis profiles.
 
-* ``engine``: every ranking path the engine offers ("sort", "count", and "triton" where Triton is installed and a
-  CUDA device is present), entered with :func:`torch_lwlrap._ranking.use_engine` for the whole test; a path that
+* ``engine``: every ranking path the engine offers ("sort", "count", "numba" for CPU tensors where numba is
+  installed, and "triton" where Triton is installed and a CUDA device is present), entered with :func:`torch_lwlrap._ranking.use_engine` for the whole test; a path that
   cannot run on the test's ``device`` is skipped.
 * ``device``: "cpu", plus "cuda" when a CUDA device is present.
 * hypothesis profiles: ``ci`` (the default: modest example counts, no deadline), ``dev`` (quick) and ``thorough``
@@ -40,15 +40,24 @@ def _triton_runs_on(device: str) -> bool:
     return _triton_kernel.is_available(device)
 
 
+def _numba_runs_on(device: str) -> bool:
+    """Whether the "numba" path runs its compiled kernel (rather than falling back) on ``device``."""
+    from torch_lwlrap import _numba_kernel
+
+    return _numba_kernel.is_available(device)
+
+
 def engine_paths_for(device: str) -> list:
     """The concrete engine paths ("auto" only picks one of them) that rank tensors on ``device``."""
-    return [name for name in ("sort", "count") if name in _ENGINE_NAMES] + (
-        ["triton"] if _triton_runs_on(device) else []
+    return (
+        ["sort", "count"]
+        + (["numba"] if _numba_runs_on(device) else [])
+        + (["triton"] if _triton_runs_on(device) else [])
     )
 
 
 #: Every engine path that runs on at least one of :data:`DEVICES`.
-ENGINE_PATHS = engine_paths_for(DEVICES[-1])
+ENGINE_PATHS = list(dict.fromkeys(name for device in DEVICES for name in engine_paths_for(device)))
 
 
 settings.register_profile(

@@ -5,10 +5,12 @@ Independent of the library's engine on purpose: no sorting, no vectorization, ex
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import List, Optional, Sequence
 
 import numpy as np
+import torch
 
 
 def _rows(preds, target, ignore_index):
@@ -26,12 +28,13 @@ def _rows(preds, target, ignore_index):
 def label_precisions(scores: Sequence[float], known: Sequence[int], positives: Sequence[int], ties: str):
     """{j: Fraction(L_ij, rank_ij)} for each positive j of one sample."""
     out = {}
+    positive_set = set(positives)
     for j in positives:
         if ties == "max":
             ahead = [k for k in known if scores[k] >= scores[j]]
         else:  # strict order; among equal scores the lower column ranks first
             ahead = [k for k in known if scores[k] > scores[j] or (scores[k] == scores[j] and k <= j)]
-        hits = [k for k in ahead if k in positives]
+        hits = [k for k in ahead if k in positive_set]
         out[j] = Fraction(len(hits), len(ahead))
     return out
 
@@ -90,3 +93,37 @@ def naive_lrap(preds, target, ties="max", ignore_index=None, sample_weight: Opti
     if total == 0:
         return float("nan")
     return float(sum(w * s for w, s in zip(weights, scores_per_sample)) / total)
+
+
+# Cases and exact per-label sums for the engine paths' tests
+
+
+def make_case(seed, n, c, *, dtype=torch.float32, levels=4, density=0.3, ignore_index=None, infinite=True):
+    """Small integer scores (heavy ties), some +-inf, sparse-ish labels, and ignored labels when asked."""
+    g = torch.Generator().manual_seed(seed)
+    preds = torch.randint(0, levels, (n, c), generator=g).double()
+    if infinite:
+        preds[torch.rand(n, c, generator=g) < 0.1] = math.inf
+        preds[torch.rand(n, c, generator=g) < 0.1] = -math.inf
+    target = (torch.rand(n, c, generator=g) < density).long()
+    if ignore_index is not None:
+        target[torch.rand(n, c, generator=g) < 0.2] = ignore_index
+    return preds.to(dtype), target
+
+
+def exact_sums(preds, target, ties, ignore_index=None):
+    """(class sums, sample sums) as float64 tensors, from the naive per-label precisions in exact fractions."""
+    scores_rows = preds.double().cpu().tolist()
+    label_rows = target.cpu().tolist()
+    num_classes = preds.shape[1]
+    class_sums = [Fraction(0)] * num_classes
+    sample_sums = []
+    for scores, labels in zip(scores_rows, label_rows):
+        known = [j for j in range(num_classes) if ignore_index is None or labels[j] != ignore_index]
+        positives = [j for j in known if labels[j] == 1]
+        precisions = label_precisions(scores, known, positives, ties)
+        for j, value in precisions.items():
+            class_sums[j] += value
+        sample_sums.append(sum(precisions.values(), Fraction(0)))
+    as_tensor = lambda values: torch.tensor([float(v) for v in values], dtype=torch.float64)  # noqa: E731
+    return as_tensor(class_sums), as_tensor(sample_sums)

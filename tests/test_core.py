@@ -20,10 +20,10 @@ from torch_lwlrap import (
     multilabel_lwlrap,
     multilabel_lwlrap_per_class,
 )
+from tests.conftest import DEVICES, ENGINE_PATHS
 from torch_lwlrap._ranking import use_engine
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-ENGINES = ["sort", "count"]
+ENGINES = ENGINE_PATHS
 
 
 def random_case(seed, n=None, c=None, levels=4, density=0.3, device="cpu"):

@@ -15,13 +15,12 @@ import math
 import os
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.reference import label_precisions, naive_lrap, naive_lwlrap, naive_lwlrap_per_class
+from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap, naive_lwlrap_per_class
 from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap import _triton_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
@@ -46,37 +45,6 @@ needs_kernel = pytest.mark.skipif(
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 TOL = dict(rtol=0, atol=1e-12)
-
-
-def make_case(seed, n, c, *, dtype=torch.float32, levels=4, density=0.3, ignore_index=None, infinite=True):
-    """Small integer scores (heavy ties), some +-inf, sparse-ish labels, and ignored labels when asked."""
-    g = torch.Generator().manual_seed(seed)
-    preds = torch.randint(0, levels, (n, c), generator=g).double()
-    if infinite:
-        preds[torch.rand(n, c, generator=g) < 0.1] = math.inf
-        preds[torch.rand(n, c, generator=g) < 0.1] = -math.inf
-    target = (torch.rand(n, c, generator=g) < density).long()
-    if ignore_index is not None:
-        target[torch.rand(n, c, generator=g) < 0.2] = ignore_index
-    return preds.to(dtype), target
-
-
-def exact_sums(preds, target, ties, ignore_index=None):
-    """(class sums, sample sums) as float64 tensors, from the naive per-label precisions in exact fractions."""
-    scores_rows = preds.double().cpu().tolist()
-    label_rows = target.cpu().tolist()
-    num_classes = preds.shape[1]
-    class_sums = [Fraction(0)] * num_classes
-    sample_sums = []
-    for scores, labels in zip(scores_rows, label_rows):
-        known = [j for j in range(num_classes) if ignore_index is None or labels[j] != ignore_index]
-        positives = [j for j in known if labels[j] == 1]
-        precisions = label_precisions(scores, known, positives, ties)
-        for j, value in precisions.items():
-            class_sums[j] += value
-        sample_sums.append(sum(precisions.values(), Fraction(0)))
-    as_tensor = lambda values: torch.tensor([float(v) for v in values], dtype=torch.float64)  # noqa: E731
-    return as_tensor(class_sums), as_tensor(sample_sums)
 
 
 def kernel_sums(preds, target, ties, ignore_index=None, **tuning):

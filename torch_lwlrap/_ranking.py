@@ -31,7 +31,7 @@ from typing import Iterator, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-ENGINES = ("auto", "sort", "count", "triton")
+ENGINES = ("auto", "sort", "count", "numba", "triton")
 
 #: Scores ranked per chunk: the workspace is a few dozen bytes per score, so about 100 MB on the sort path.
 CHUNK_ELEMENTS = 1 << 21
@@ -129,6 +129,18 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
             )
             return sums
         if engine == "triton":
+            engine = "sort"
+    if engine == "numba" or (engine == "auto" and device.type == "cpu"):
+        # The compiled CPU path (torch_lwlrap._numba_kernel): "numba" falls back to "sort" where it cannot run.
+        from torch_lwlrap import _numba_kernel
+
+        if _numba_kernel.is_available(device, preds.dtype):
+            _numba_kernel.ranking_sums_numba(
+                preds, positive, known, class_precision_sum, sample_precision_sum, ties=ties,
+                chunk_elements=_chunk_elements,
+            )
+            return sums
+        if engine == "numba":
             engine = "sort"
     if engine == "auto":
         if device.type != "cpu":

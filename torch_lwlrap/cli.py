@@ -142,9 +142,13 @@ class Score:
             ...       "wide").worst_first()
             [2, 0, 1]
         """
+        # Rounded keys: classes equal up to float64 rounding keep their column order, whatever the summation order.
         return sorted(
             range(len(self.classes)),
-            key=lambda i: (math.isnan(self.per_class[i]), 0.0 if math.isnan(self.per_class[i]) else self.per_class[i]),
+            key=lambda i: (
+                math.isnan(self.per_class[i]),
+                0.0 if math.isnan(self.per_class[i]) else round(self.per_class[i], 12),
+            ),
         )
 
 

@@ -71,7 +71,8 @@ def plot_per_class(
     order = list(range(num_classes))
     if sort:
         # ascending: the worst class on the top row (the y axis is inverted below), classes without positive last
-        order.sort(key=lambda i: (float("inf") if torch.isnan(values[i]) else float(values[i])))
+        # (rounded: classes equal up to float64 rounding keep their order)
+        order.sort(key=lambda i: (float("inf") if torch.isnan(values[i]) else round(float(values[i]), 12)))
 
     if ax is None:
         fig, ax = plt.subplots(figsize=(7, max(2.0, 0.3 * num_classes + 1)))

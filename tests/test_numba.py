@@ -1,0 +1,207 @@
+"""The compiled CPU path (the "numba" engine) against exact per-label precisions and the torch "sort" path.
+
+Both of its row strategies are checked on every case: counting (the default for rows with few positives) and
+sorting (forced with ``sort_above=0``), with several block sizes and with the chunked conversion of float16,
+bfloat16 and non-contiguous inputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+import torch
+
+from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap
+from torch_lwlrap import MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
+from torch_lwlrap import _numba_kernel as kernel
+from torch_lwlrap._ranking import ranking_sums, use_engine
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install torch-lwlrap[cpu])")
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+TOL = dict(rtol=0, atol=1e-12)
+#: (sort_above, block_rows): counted rows, sorted rows, and a mix with odd block sizes.
+STRATEGIES = [(None, kernel.BLOCK_ROWS), (0, 3), (2, 1), (None, 7)]
+
+
+def kernel_sums(preds, target, ties, ignore_index=None, **tuning):
+    positive = target == 1
+    known = None if ignore_index is None else target != ignore_index
+    class_sum = torch.zeros(preds.shape[1], dtype=torch.float64)
+    sample_sum = torch.full((preds.shape[0],), math.nan, dtype=torch.float64)  # every row must be written
+    kernel.ranking_sums_numba(preds, positive, known, class_sum, sample_sum, ties=ties, **tuning)
+    return class_sum, sample_sum
+
+
+def check(preds, target, ties, ignore_index=None, **tuning):
+    want_class, want_sample = exact_sums(preds, target, ties, ignore_index)
+    positive = target == 1
+    known = None if ignore_index is None else target != ignore_index
+    with use_engine("sort"):
+        sort = ranking_sums(preds, positive, known, ties=ties)
+    for sort_above, block_rows in STRATEGIES:
+        options = dict(dict(sort_above=sort_above, block_rows=block_rows), **tuning)
+        got_class, got_sample = kernel_sums(preds, target, ties, ignore_index, **options)
+        message = lambda m: f"{options}: {m}"  # noqa: E731
+        torch.testing.assert_close(got_class, want_class, **TOL, msg=message)
+        torch.testing.assert_close(got_sample, want_sample, **TOL, msg=message)
+        torch.testing.assert_close(got_class, sort.class_precision_sum, **TOL, msg=message)
+        torch.testing.assert_close(got_sample, sort.sample_precision_sum, **TOL, msg=message)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ties", ["max", "index"])
+@pytest.mark.parametrize("ignore_index", [None, -1])
+@pytest.mark.parametrize("num_classes", [1, 2, 7, 40])
+def test_random_tied_scores(dtype, ties, ignore_index, num_classes):
+    seed = 1000 * num_classes + 10 * DTYPES.index(dtype) + (ties == "index") + 2 * (ignore_index is not None)
+    for density in (0.1, 0.5, 0.9):
+        preds, target = make_case(seed, 30, num_classes, dtype=dtype, ignore_index=ignore_index, density=density)
+        check(preds, target, ties, ignore_index)
+
+
+@needs_numba
+@pytest.mark.parametrize("ties", ["max", "index"])
+def test_scores_that_differ_only_in_low_bits(ties):
+    base = torch.tensor([1.0, -1.0, 0.0, 1e-30])
+    for dtype in (torch.float32, torch.float64):
+        row = torch.stack([torch.nextafter(base.to(dtype), torch.tensor(math.inf, dtype=dtype)), base.to(dtype)])
+        preds = torch.cat([row.flatten(), torch.tensor([-0.0, 0.0], dtype=dtype)]).repeat(6, 1)
+        target = (torch.rand(preds.shape, generator=torch.Generator().manual_seed(3)) < 0.4).long()
+        check(preds, target, ties)
+
+
+@needs_numba
+@pytest.mark.parametrize("ties", ["max", "index"])
+def test_special_rows(ties):
+    preds, target = make_case(11, 12, 6)
+    target[0] = 1  # every label positive: precision 1 for each
+    target[1] = 0  # no positive: sample sum 0
+    target[2] = 0
+    target[2, 5] = 1  # a single positive in the last column
+    preds[3] = 2.0  # a fully tied row
+    target[3] = torch.tensor([0, 1, 0, 1, 1, 0])
+    for sort_above in (None, 0):
+        got_class, got_sample = kernel_sums(preds, target, ties, sort_above=sort_above)
+        assert got_sample[0].item() == pytest.approx(6.0, abs=1e-15)
+        assert got_sample[1].item() == 0.0
+        want_row3 = 3 * (3 / 6) if ties == "max" else (1 / 2 + 2 / 4 + 3 / 5)
+        assert got_sample[3].item() == pytest.approx(want_row3, abs=1e-15)
+    check(preds, target, ties)
+
+
+@needs_numba
+@pytest.mark.parametrize("ties", ["max", "index"])
+def test_every_label_ignored_but_positives_and_wide_rows(ties):
+    # Rows whose only known labels are positives, and a wide row where sorting is the default strategy.
+    preds, target = make_case(13, 8, 9, ignore_index=-1)
+    target[0] = torch.tensor([1, -1, -1, 1, -1, -1, -1, -1, -1])
+    target[1] = -1
+    check(preds, target, ties, -1)
+    num_classes = 1200
+    g = torch.Generator().manual_seed(14)
+    preds = torch.randint(0, 40, (3, num_classes), generator=g).float()
+    target = (torch.rand(3, num_classes, generator=g) < 0.6).long()  # about 720 positives > sort_min_positives
+    target[2, 100:150] = -1
+    assert (target == 1).sum(1).min() > kernel.sort_min_positives(num_classes)
+    want_class, want_sample = exact_sums(preds, target, ties, -1)
+    got_class, got_sample = kernel_sums(preds, target, ties, -1)
+    torch.testing.assert_close(got_class, want_class, **TOL)
+    torch.testing.assert_close(got_sample, want_sample, rtol=1e-14, atol=0)  # sums of about 700 precisions
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_non_contiguous_inputs_and_chunks(dtype):
+    preds, target = make_case(31, 50, 10, dtype=dtype, ignore_index=-1)
+    preds_t = preds.t().contiguous().t()
+    wide = torch.zeros(50, 20, dtype=target.dtype)
+    wide[:, ::2] = target
+    target_strided = wide[:, ::2]
+    assert not preds_t.is_contiguous() and not target_strided.is_contiguous()
+    for chunk in (None, 1, 7, 33):
+        check(preds_t, target_strided, "max", -1, chunk_elements=chunk)
+        check(preds_t, target_strided, "index", -1, chunk_elements=chunk)
+
+
+@needs_numba
+def test_thread_count_does_not_change_the_result():
+    preds, target = make_case(41, 600, 33, density=0.2)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            results.append(kernel_sums(preds, target, "max", block_rows=16))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+@needs_numba
+def test_adds_to_class_sums_and_overwrites_sample_sums():
+    preds, target = make_case(51, 20, 9)
+    first = kernel_sums(preds, target, "index")
+    class_sum = torch.arange(9, dtype=torch.float64)
+    sample_sum = torch.full((20,), 7.0, dtype=torch.float64)
+    kernel.ranking_sums_numba(preds, target == 1, None, class_sum, sample_sum, ties="index")
+    torch.testing.assert_close(class_sum - torch.arange(9, dtype=torch.float64), first[0], **TOL)
+    torch.testing.assert_close(sample_sum, first[1], **TOL)
+
+
+@needs_numba
+@pytest.mark.parametrize("ties", ["max", "index"])
+def test_public_functions_and_auto_engine(ties, monkeypatch):
+    calls = []
+    original = kernel.ranking_sums_numba
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "ranking_sums_numba", counting)
+    preds, target = make_case(61, 20, 5, ignore_index=-1)
+    for engine in ("auto", "numba"):
+        calls.clear()
+        with use_engine(engine):
+            for average in ("weighted", "macro"):
+                got = multilabel_lwlrap(preds, target, ties=ties, ignore_index=-1, average=average).item()
+                assert got == pytest.approx(naive_lwlrap(preds, target, ties, -1, average), abs=1e-12)
+            got_lrap = multilabel_lrap(preds, target, ties=ties, ignore_index=-1).item()
+            assert got_lrap == pytest.approx(naive_lrap(preds, target, ties, -1), abs=1e-12)
+            metric = MultilabelLWLRAP(5, ties=ties, ignore_index=-1)
+            metric.update(preds[:7], target[:7])
+            metric.update(preds[7:], target[7:])
+            assert metric.compute().item() == pytest.approx(naive_lwlrap(preds, target, ties, -1), abs=1e-12)
+        assert len(calls) == 5, f"engine {engine!r} did not take the numba path for CPU tensors"
+
+
+def test_numba_engine_falls_back_to_sort_where_unavailable(monkeypatch):
+    monkeypatch.setattr(kernel, "is_available", lambda device, dtype=None: False)
+    preds, target = make_case(91, 15, 6, ignore_index=-1)
+    for engine in ("numba", "auto"):
+        with use_engine(engine):
+            got = multilabel_lwlrap(preds, target, ignore_index=-1, ties="index").item()
+        assert got == pytest.approx(naive_lwlrap(preds, target, "index", -1), abs=1e-12)
+
+
+@needs_numba
+def test_kernel_argument_errors():
+    scores = torch.zeros(2, 3)
+    positive = torch.zeros(2, 3, dtype=torch.bool)
+    sums = torch.zeros(3, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"float16, bfloat16, float32 or float64 scores on the CPU, but got dtype "
+                       r"torch.int32 on cpu"):
+        kernel.ranking_sums_numba(scores.int(), positive, None, *sums)
+    with pytest.raises(ValueError, match=r"`ties` must be one of \('max', 'index'\), but got 'min'"):
+        kernel.ranking_sums_numba(scores, positive, None, *sums, ties="min")
+    with pytest.raises(ValueError, match=r"`positive` must be a bool tensor of the shape of `preds` \(2, 3\), but "
+                       r"got dtype torch.int64"):
+        kernel.ranking_sums_numba(scores, positive.long(), None, *sums)
+    with pytest.raises(ValueError, match=r"`block_rows` must be positive, but got 0"):
+        kernel.ranking_sums_numba(scores, positive, None, *sums, block_rows=0)
+    assert not kernel.is_available("cpu", torch.int64) and not kernel.is_available("meta")

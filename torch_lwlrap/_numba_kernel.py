@@ -1,0 +1,292 @@
+"""Compiled CPU path of the ranking engine: label precisions counted in one pass over each row, with numba.
+
+This is the ``"numba"`` path of :func:`torch_lwlrap._ranking.ranking_sums`; ``"auto"`` takes it for CPU tensors
+when numba is importable (``pip install torch-lwlrap[cpu]``). It computes the same integer counts as the torch paths,
+row by row, with no ``(N, C)`` temporary:
+
+* Rows are split into blocks of :data:`BLOCK_ROWS`; numba's ``prange`` spreads the blocks over the threads.
+* For each row, the positive labels are found by a vectorized count of the row's target bytes, then one scan that
+  stops at the last positive. A row without a positive costs one read of its target bytes and nothing more.
+* A row with few positives is *counted*: for each positive ``j`` with score ``s``, one vectorized pass over the row
+  counts ``rank = #{k known : s_k >= s}`` and ``hits = #{k positive : s_k >= s}`` (for ``ties="index"``:
+  ``s_k > s``, or ``s_k == s`` and ``k <= j``). ``O(K C)`` for ``K`` positives, and the row is in L1 cache.
+* A row with very many positives (more than :data:`SORT_POSITIVES_PER_LOG2` ``* log2(C)``) is *sorted*: its known
+  scores and its positives' scores are sorted once, and each positive's counts are two binary searches
+  (``O(C log C)``). Under ``ties="index"`` a score tied with another is counted again in a pass over its row.
+  Counting is so cheap (about 0.15 ns per score on one core) that sorting (about 10 ns per score and ``log2(C)``)
+  only wins on dense rows of wide label spaces, e.g. more than 640 positives out of 10,000.
+* The precision ``hits / rank`` is one float64 division of two integers, as on every path. Per-sample sums are
+  stored by the thread that owns the row; per-class sums are added per block to a ``(blocks, C)`` float64
+  workspace that torch then sums in block order: the result does not depend on the number of threads.
+
+Scores are compared in their own precision: float16 and bfloat16 rows are widened to float32 (exact, so order and
+ties are kept) a chunk at a time, float32 and float64 are read in place. The first call compiles the kernel (a few
+seconds; cached on disk by numba afterwards). numba uses as many threads as ``torch.get_num_threads()``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+try:  # numba is an optional dependency (the "cpu" extra)
+    import numba
+    from numba import njit, prange
+except Exception:  # pragma: no cover - depends on the installation
+    numba = None
+
+#: Rows per block: the unit of work of one thread, and of one row of the class-sum workspace.
+BLOCK_ROWS = 128
+
+#: A row is sorted rather than counted when it has more than this many positives per ``log2(C)``: the crossover
+#: measured on the CPU with ``benchmarks/crossover.py``.
+SORT_POSITIVES_PER_LOG2 = 48
+
+#: Scores converted per chunk when the input must be widened or made contiguous first.
+CHUNK_ELEMENTS = 1 << 22
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
+    """Whether the compiled path can rank scores on ``device`` (and of ``dtype``, when given).
+
+    Example:
+        >>> import torch
+        >>> is_available("cuda")
+        False
+        >>> is_available("cpu", torch.int32)
+        False
+    """
+    if numba is None or (dtype is not None and dtype not in _DTYPES):
+        return False
+    return torch.device(device).type == "cpu"
+
+
+def sort_min_positives(num_classes: int) -> int:
+    """The number of positives above which a row of ``num_classes`` scores is sorted instead of counted.
+
+    Example:
+        >>> sort_min_positives(527), sort_min_positives(10_000)
+        (433, 637)
+    """
+    return int(SORT_POSITIVES_PER_LOG2 * math.log2(max(num_classes, 2)))
+
+
+def ranking_sums_numba(
+    preds: Tensor,
+    positive: Tensor,
+    known: Optional[Tensor],
+    class_precision_sum: Tensor,
+    sample_precision_sum: Tensor,
+    *,
+    ties: str = "max",
+    block_rows: int = BLOCK_ROWS,
+    sort_above: Optional[int] = None,
+    chunk_elements: Optional[int] = None,
+) -> None:
+    """Add a batch's per-class precision sums to ``class_precision_sum`` and store its per-sample sums.
+
+    Args:
+        preds: ``(N, C)`` floating scores (float16, bfloat16, float32 or float64) on the CPU, any strides.
+        positive: ``(N, C)`` bool positive labels (False wherever ``known`` is False).
+        known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
+        class_precision_sum: ``(C,)`` float64, added to.
+        sample_precision_sum: ``(N,)`` float64, overwritten.
+        ties: ``"max"`` or ``"index"``.
+        block_rows: rows per block of work; tuning and tests only.
+        sort_above: rows with more positives than this are sorted, the others counted (default:
+            :func:`sort_min_positives`); tuning and tests only (0 sorts every row, ``C`` counts every row).
+        chunk_elements: scores converted per chunk when the input must be widened or copied; tests only.
+
+    Example:
+        The engine's ``"numba"`` path calls this function where numba is installed, and ranks with the torch
+        ``"sort"`` path elsewhere; the sums are the same:
+
+        >>> import torch
+        >>> from torch_lwlrap._ranking import ranking_sums, use_engine
+        >>> scores = torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]])
+        >>> positive = torch.tensor([[True, False, True], [False, True, True]])
+        >>> with use_engine("numba"):
+        ...     sums = ranking_sums(scores, positive)
+        >>> sums.class_precision_sum.tolist()  # column 0: 2/3 in row 0; column 1: 1/1 in row 1; column 2: 1/2 + 2/2
+        [0.6666666666666666, 1.0, 1.5]
+        >>> sums.sample_precision_sum.tolist()  # row 0: 2/3 + 1/2; row 1: 1/1 + 2/2
+        [1.1666666666666665, 2.0]
+    """
+    if numba is None:
+        raise RuntimeError("The numba engine needs numba: install it with `pip install torch-lwlrap[cpu]`.")
+    if ties not in ("max", "index"):
+        raise ValueError(f"Argument `ties` must be one of ('max', 'index'), but got {ties!r}.")
+    if preds.dtype not in _DTYPES or preds.device.type != "cpu":
+        raise TypeError(
+            f"The numba engine ranks float16, bfloat16, float32 or float64 scores on the CPU, but got dtype "
+            f"{preds.dtype} on {preds.device}."
+        )
+    for name, value in (("positive", positive), ("known", known)):
+        if value is not None and (value.dtype != torch.bool or value.shape != preds.shape):
+            raise ValueError(
+                f"Argument `{name}` must be a bool tensor of the shape of `preds` {tuple(preds.shape)}, but got "
+                f"dtype {value.dtype} and shape {tuple(value.shape)}."
+            )
+    if block_rows < 1:
+        raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
+    num_samples, num_classes = preds.shape
+    if num_samples == 0 or num_classes == 0:
+        return
+    sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
+    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != threads:
+        numba.set_num_threads(threads)
+
+    native = preds.dtype in (torch.float32, torch.float64)
+    in_place = native and all(t is None or t.is_contiguous() for t in (preds, positive, known))
+    rows_per_chunk = num_samples if in_place else max(1, (chunk_elements or CHUNK_ELEMENTS) // num_classes)
+    dummy_known = np.ones((1, 1), dtype=np.uint8)
+    for start in range(0, num_samples, rows_per_chunk):
+        stop = min(start + rows_per_chunk, num_samples)
+        scores = preds[start:stop]
+        scores = (scores if native else scores.to(torch.float32)).contiguous()
+        positives = positive[start:stop].contiguous().numpy().view(np.uint8)
+        knowns = dummy_known if known is None else known[start:stop].contiguous().numpy().view(np.uint8)
+        blocks = -(-(stop - start) // block_rows)
+        workspace = np.zeros((blocks, num_classes), dtype=np.float64)
+        sample_sums = np.empty(stop - start, dtype=np.float64)
+        _rank_rows(
+            scores.numpy(),
+            positives,
+            knowns,
+            known is not None,
+            ties == "index",
+            block_rows,
+            sort_above,
+            workspace,
+            sample_sums,
+        )
+        class_precision_sum.add_(torch.from_numpy(workspace).sum(0))
+        sample_precision_sum[start:stop] = torch.from_numpy(sample_sums)
+
+
+if numba is not None:
+
+    @njit(cache=True, nogil=True)
+    def _count_one(row, prow, krow, has_known, index_ties, j):
+        """``(rank, hits)`` of the positive in column ``j``: one pass over the row."""
+        score = row[j]
+        num_classes = row.shape[0]
+        rank = np.int64(0)
+        hits = np.int64(0)
+        # "index": columns up to j count when >= (ties rank first), columns after j only when >.
+        split = j + 1 if index_ties else num_classes
+        if has_known:
+            for k in range(split):
+                ahead = np.int32(row[k] >= score) & np.int32(krow[k])
+                rank += ahead
+                hits += ahead & np.int32(prow[k])
+            for k in range(split, num_classes):
+                ahead = np.int32(row[k] > score) & np.int32(krow[k])
+                rank += ahead
+                hits += ahead & np.int32(prow[k])
+        else:
+            for k in range(split):
+                ahead = np.int32(row[k] >= score)
+                rank += ahead
+                hits += ahead & np.int32(prow[k])
+            for k in range(split, num_classes):
+                ahead = np.int32(row[k] > score)
+                rank += ahead
+                hits += ahead & np.int32(prow[k])
+        return rank, hits
+
+    @njit(cache=True, nogil=True)
+    def _sort_row(row, prow, krow, has_known, index_ties, columns, num_positives, acc):
+        """Sum of the precisions of a row with many positives, by sorting; adds each to ``acc``."""
+        num_classes = row.shape[0]
+        if has_known:
+            num_known = 0
+            for k in range(num_classes):
+                num_known += krow[k] != 0
+            values = np.empty(num_known, dtype=row.dtype)
+            at = 0
+            for k in range(num_classes):
+                if krow[k]:
+                    values[at] = row[k]
+                    at += 1
+        else:
+            num_known = num_classes
+            values = row.copy()
+        values.sort()
+        positive_values = np.empty(num_positives, dtype=row.dtype)
+        for q in range(num_positives):
+            positive_values[q] = row[columns[q]]
+        positive_sorted = np.sort(positive_values)
+        total = 0.0
+        for q in range(num_positives):
+            j = columns[q]
+            score = row[j]
+            if index_ties:
+                low = np.searchsorted(values, score, side="left")
+                high = np.searchsorted(values, score, side="right")
+                rank = num_known - high
+                if high - low == 1:
+                    rank += 1
+                else:  # tied scores: those in columns up to j rank at or above this one
+                    for k in range(j + 1):
+                        if row[k] == score and (not has_known or krow[k] != 0):
+                            rank += 1
+                low = np.searchsorted(positive_sorted, score, side="left")
+                high = np.searchsorted(positive_sorted, score, side="right")
+                hits = num_positives - high
+                if high - low == 1:
+                    hits += 1
+                else:  # positives come in column order: those tied and up to j are among the first q + 1
+                    for r in range(q + 1):
+                        if row[columns[r]] == score:
+                            hits += 1
+            else:
+                rank = num_known - np.searchsorted(values, score, side="left")
+                hits = num_positives - np.searchsorted(positive_sorted, score, side="left")
+            precision = hits / rank
+            acc[j] += precision
+            total += precision
+        return total
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _rank_rows(scores, positive, known, has_known, index_ties, block_rows, sort_above, workspace, sample_sums):
+        num_samples, num_classes = scores.shape
+        num_blocks = workspace.shape[0]
+        for block in prange(num_blocks):
+            acc = workspace[block]
+            columns = np.empty(num_classes, dtype=np.int64)
+            for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
+                row = scores[i]
+                prow = positive[i]
+                krow = known[i] if has_known else known[0]
+                num_positives = 0
+                for k in range(num_classes):
+                    num_positives += prow[k]
+                if num_positives == 0:
+                    sample_sums[i] = 0.0
+                    continue
+                found = 0
+                for k in range(num_classes):
+                    if prow[k]:
+                        columns[found] = k
+                        found += 1
+                        if found == num_positives:
+                            break
+                if num_positives > sort_above:
+                    sample_sums[i] = _sort_row(row, prow, krow, has_known, index_ties, columns, num_positives, acc)
+                    continue
+                total = 0.0
+                for q in range(num_positives):
+                    j = columns[q]
+                    rank, hits = _count_one(row, prow, krow, has_known, index_ties, j)
+                    precision = hits / rank
+                    acc[j] += precision
+                    total += precision
+                sample_sums[i] = total
