@@ -380,3 +380,61 @@ def test_validate_args_false_skips_value_checks_only():
     # ... but shapes always are
     with pytest.raises(ValueError, match="same shape"):
         multilabel_lwlrap(preds, torch.tensor([[1, 0, 1]]), validate_args=False)
+
+
+# Each fast path of the value checks (range of an integer target, non-zero count of any other target, minimum of the
+# scores) against a value that only the exact check would catch.
+TARGET_CASES = [
+    # (dtype, ignore_index, value placed in one cell, accepted)
+    (torch.int64, None, 1, True),
+    (torch.int64, None, 2, False),
+    (torch.int64, None, -1, False),
+    (torch.int64, -1, -1, True),
+    (torch.int64, -1, -2, False),
+    (torch.int64, 2, 2, True),
+    (torch.int64, 2, 3, False),
+    (torch.int64, 5, 5, True),
+    (torch.int64, 5, 3, False),  # allowed values {0, 1, 5} are no range: counted
+    (torch.int8, -100, -100, True),
+    (torch.int8, -100, -99, False),
+    (torch.uint8, -1, 255, False),  # -1 cannot be a uint8 value: 255 is not taken for it
+    (torch.float32, None, 0.5, False),
+    (torch.float32, None, 1e-45, False),  # a denormal next to 0
+    (torch.float32, None, 1 - 2**-24, False),  # next to 1
+    (torch.float32, None, float("nan"), False),
+    (torch.float32, None, float("inf"), False),
+    (torch.float32, -1, -1.0, True),
+    (torch.float32, -1, -0.5, False),
+    (torch.float16, -1, -1.0, True),
+    (torch.float64, 7, 7.0, True),
+    (torch.float64, 7, 7.5, False),
+    (torch.float64, None, -0.0, True),
+]
+
+
+@pytest.mark.parametrize("dtype, ignore_index, value, accepted", TARGET_CASES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_target_value_checks(dtype, ignore_index, value, accepted, device):
+    preds = torch.rand(4, 5, generator=torch.Generator().manual_seed(0)).to(device)
+    target = torch.tensor([[1, 0, 0, 1, 0]] * 4, dtype=dtype)
+    target[2, 3] = value
+    target = target.to(device)
+    if accepted:
+        known = target != ignore_index if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)
+        expected = naive_lwlrap(preds.cpu().numpy(), target.cpu().double().numpy(), ignore_index=ignore_index)
+        got = multilabel_lwlrap(preds, target, ignore_index=ignore_index).item()
+        assert got == pytest.approx(expected, abs=1e-12) and known.any()
+    else:
+        with pytest.raises(ValueError, match=r"Argument `target` must contain only 0(,| and) 1"):
+            multilabel_lwlrap(preds, target, ignore_index=ignore_index)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_scores_are_found_among_infinities(dtype, device):
+    preds = torch.tensor([[float("inf"), float("-inf"), 0.0], [1.0, -1.0, 2.0]], dtype=dtype, device=device)
+    target = torch.tensor([[1, 0, 1], [0, 1, 0]], device=device)
+    assert multilabel_lwlrap(preds, target).item() == pytest.approx(naive_lwlrap(preds.cpu().double(), target.cpu()))
+    preds[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"`preds` contains NaN \(first at index \(1, 2\)\)"):
+        multilabel_lwlrap(preds, target)

@@ -30,9 +30,20 @@ STRATEGIES = [(None, kernel.BLOCK_ROWS), (0, 3), (2, 1), (None, 7)]
 def kernel_sums(preds, target, ties, ignore_index=None, **tuning):
     positive = target == 1
     known = None if ignore_index is None else target != ignore_index
-    class_sum = torch.zeros(preds.shape[1], dtype=torch.float64)
-    sample_sum = torch.full((preds.shape[0],), math.nan, dtype=torch.float64)  # every row must be written
-    kernel.ranking_sums_numba(preds, positive, known, class_sum, sample_sum, ties=ties, **tuning)
+    num_samples, num_classes = preds.shape
+    class_sum = torch.zeros(num_classes, dtype=torch.float64)
+    class_count = torch.zeros(num_classes, dtype=torch.int64)
+    sample_sum = torch.full((num_samples,), math.nan, dtype=torch.float64)  # every row must be written
+    sample_counts = torch.full((2, num_samples), -1, dtype=torch.int64)
+    kernel.ranking_sums_numba(
+        preds, positive, known, class_sum, class_count, sample_sum, *sample_counts, ties=ties, **tuning
+    )
+    # The label counts come from the same pass: check them against torch's on every call.
+    if known is not None:
+        positive = positive & known
+    assert torch.equal(class_count, positive.sum(0))
+    assert torch.equal(sample_counts[0], positive.sum(1))
+    assert torch.equal(sample_counts[1], known.sum(1) if known is not None else torch.full_like(sample_counts[1], num_classes))
     return class_sum, sample_sum
 
 
@@ -129,6 +140,19 @@ def test_non_contiguous_inputs_and_chunks(dtype):
 
 
 @needs_numba
+def test_a_positive_flag_under_an_unknown_label_is_ignored():
+    preds, target = make_case(17, 12, 9, ignore_index=-1)
+    known = target != -1
+    flagged = (target == 1) | ~known  # every unknown label also flagged positive
+    want = kernel_sums(preds, target, "max", -1)
+    counts = [torch.zeros(9, dtype=torch.int64), torch.zeros((2, 12), dtype=torch.int64)]
+    got_class, got_sample = torch.zeros(9, dtype=torch.float64), torch.zeros(12, dtype=torch.float64)
+    kernel.ranking_sums_numba(preds, flagged, known, got_class, counts[0], got_sample, *counts[1])
+    torch.testing.assert_close((got_class, got_sample), want, **TOL)
+    assert torch.equal(counts[0], (target == 1).sum(0)) and torch.equal(counts[1][0], (target == 1).sum(1))
+
+
+@needs_numba
 def test_thread_count_does_not_change_the_result():
     preds, target = make_case(41, 600, 33, density=0.2)
     threads = torch.get_num_threads()
@@ -147,10 +171,16 @@ def test_adds_to_class_sums_and_overwrites_sample_sums():
     preds, target = make_case(51, 20, 9)
     first = kernel_sums(preds, target, "index")
     class_sum = torch.arange(9, dtype=torch.float64)
+    class_count = torch.arange(9)
     sample_sum = torch.full((20,), 7.0, dtype=torch.float64)
-    kernel.ranking_sums_numba(preds, target == 1, None, class_sum, sample_sum, ties="index")
+    sample_counts = torch.full((2, 20), 7)
+    kernel.ranking_sums_numba(
+        preds, target == 1, None, class_sum, class_count, sample_sum, *sample_counts, ties="index"
+    )
     torch.testing.assert_close(class_sum - torch.arange(9, dtype=torch.float64), first[0], **TOL)
+    assert torch.equal(class_count - torch.arange(9), (target == 1).sum(0))
     torch.testing.assert_close(sample_sum, first[1], **TOL)
+    assert torch.equal(sample_counts[0], (target == 1).sum(1)) and torch.equal(sample_counts[1], torch.full((20,), 9))
 
 
 @needs_numba
@@ -193,7 +223,13 @@ def test_numba_engine_falls_back_to_sort_where_unavailable(monkeypatch):
 def test_kernel_argument_errors():
     scores = torch.zeros(2, 3)
     positive = torch.zeros(2, 3, dtype=torch.bool)
-    sums = torch.zeros(3, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    sums = (
+        torch.zeros(3, dtype=torch.float64),
+        torch.zeros(3, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.float64),
+        torch.zeros(2, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64),
+    )
     with pytest.raises(TypeError, match=r"float16, bfloat16, float32 or float64 scores on the CPU, but got dtype "
                        r"torch.int32 on cpu"):
         kernel.ranking_sums_numba(scores.int(), positive, None, *sums)

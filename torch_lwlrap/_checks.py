@@ -122,32 +122,57 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
     return ignore_index
 
 
+def _target_is_bad(target: Tensor, ignore_index: Optional[int]) -> Optional[Tensor]:
+    """A 0-dim bool tensor, True when ``target`` holds a value other than 0, 1 and ``ignore_index``.
+
+    None for a bool target (always valid). Fast paths, each exact: an integer target whose allowed values form a
+    range needs only its minimum and maximum (one read); otherwise every non-zero value must be 1 or
+    ``ignore_index`` (NaN is non-zero and equals nothing).
+    """
+    if target.dtype == torch.bool:
+        return None
+    ignore = _ignore_value(target, ignore_index)
+    allowed = {0, 1} if ignore is None else {0, 1, ignore}
+    if not target.is_floating_point() and max(allowed) - min(allowed) + 1 == len(allowed):
+        low, high = torch.aminmax(target)
+        return (low < min(allowed)) | (high > max(allowed))
+    expected = torch.count_nonzero(target == 1)
+    if ignore is not None:
+        expected = expected + torch.count_nonzero(target == ignore)
+    return torch.count_nonzero(target) != expected
+
+
 def _check_values(
     preds: Tensor, target: Tensor, ignore_index: Optional[int], sample_weight: Optional[Tensor]
 ) -> None:
     """Value checks with exactly one host-device sync; details are only looked up when something is wrong."""
-    bad_target = (target != 0) & (target != 1)
-    if _ignore_value(target, ignore_index) is not None:
-        bad_target &= target != ignore_index
-    flags = [torch.isnan(preds).any(), bad_target.any()]
-    if sample_weight is not None:
+    flags = []
+    if preds.numel():
+        # The minimum is NaN exactly when a score is NaN: one vectorized read of the scores.
+        flags.append(torch.isnan(torch.aminmax(preds)[0]))
+        bad_target = _target_is_bad(target, ignore_index)
+        if bad_target is not None:
+            flags.append(bad_target)
+    if sample_weight is not None and sample_weight.numel():
         flags += [torch.isnan(sample_weight).any(), (sample_weight < 0).any(), torch.isinf(sample_weight).any()]
-    if not torch.stack(flags).any().item():  # the one sync
+    if not flags or not torch.stack(flags).any().item():  # the one sync
         return
-    has_nan, has_bad_target = flags[0].item(), flags[1].item()
-    if has_nan:
+    if torch.isnan(preds).any():
         where = torch.isnan(preds).nonzero()[0].tolist()
         raise ValueError(
             f"Argument `preds` contains NaN (first at index {tuple(where)}); NaN scores cannot be ranked."
         )
-    if has_bad_target:
+    bad_target = (target != 0) & (target != 1)
+    if _ignore_value(target, ignore_index) is not None:
+        bad_target &= target != ignore_index
+    if bad_target.any():
         found = torch.unique(target[bad_target]).tolist()[:10]
         allowed = "0 and 1" if ignore_index is None else f"0, 1 and ignore_index={ignore_index}"
         raise ValueError(f"Argument `target` must contain only {allowed}, but found the values {found}.")
     assert sample_weight is not None
-    if flags[2].item():
+    if torch.isnan(sample_weight).any():
         raise ValueError("Argument `sample_weight` contains NaN.")
-    if flags[3].item():
+    if (sample_weight < 0).any():
         found = sample_weight[sample_weight < 0][:10].tolist()
         raise ValueError(f"Argument `sample_weight` must be non-negative, but found the values {found}.")
     raise ValueError("Argument `sample_weight` must be finite, but contains inf.")

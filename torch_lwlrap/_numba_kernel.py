@@ -82,21 +82,29 @@ def ranking_sums_numba(
     positive: Tensor,
     known: Optional[Tensor],
     class_precision_sum: Tensor,
+    class_label_count: Tensor,
     sample_precision_sum: Tensor,
+    sample_label_count: Tensor,
+    sample_known_count: Tensor,
     *,
     ties: str = "max",
     block_rows: int = BLOCK_ROWS,
     sort_above: Optional[int] = None,
     chunk_elements: Optional[int] = None,
 ) -> None:
-    """Add a batch's per-class precision sums to ``class_precision_sum`` and store its per-sample sums.
+    """Add a batch's per-class sums to the ``class_*`` tensors and store its per-sample sums in the ``sample_*`` ones.
+
+    The label counts come from the same pass over the targets as the precisions.
 
     Args:
         preds: ``(N, C)`` floating scores (float16, bfloat16, float32 or float64) on the CPU, any strides.
-        positive: ``(N, C)`` bool positive labels (False wherever ``known`` is False).
+        positive: ``(N, C)`` bool positive labels; a label that is not ``known`` is not positive.
         known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
-        class_precision_sum: ``(C,)`` float64, added to.
-        sample_precision_sum: ``(N,)`` float64, overwritten.
+        class_precision_sum: ``(C,)`` float64, added to: the precisions of each class's positives.
+        class_label_count: ``(C,)`` int64, added to: the positives of each class.
+        sample_precision_sum: ``(N,)`` float64, overwritten: the precisions of each sample's positives.
+        sample_label_count: ``(N,)`` int64, overwritten: the positives of each sample.
+        sample_known_count: ``(N,)`` int64, overwritten: the labels of each sample that are known.
         ties: ``"max"`` or ``"index"``.
         block_rows: rows per block of work; tuning and tests only.
         sort_above: rows with more positives than this are sorted, the others counted (default:
@@ -154,8 +162,10 @@ def ranking_sums_numba(
         positives = positive[start:stop].contiguous().numpy().view(np.uint8)
         knowns = dummy_known if known is None else known[start:stop].contiguous().numpy().view(np.uint8)
         blocks = -(-(stop - start) // block_rows)
-        workspace = np.zeros((blocks, num_classes), dtype=np.float64)
+        class_sums = np.zeros((blocks, num_classes), dtype=np.float64)
+        class_counts = np.zeros((blocks, num_classes), dtype=np.int64)
         sample_sums = np.empty(stop - start, dtype=np.float64)
+        sample_counts = np.empty((2, stop - start), dtype=np.int64)
         _rank_rows(
             scores.numpy(),
             positives,
@@ -164,11 +174,16 @@ def ranking_sums_numba(
             ties == "index",
             block_rows,
             sort_above,
-            workspace,
+            class_sums,
+            class_counts,
             sample_sums,
+            sample_counts,
         )
-        class_precision_sum.add_(torch.from_numpy(workspace).sum(0))
+        class_precision_sum.add_(torch.from_numpy(class_sums).sum(0))
+        class_label_count.add_(torch.from_numpy(class_counts).sum(0))
         sample_precision_sum[start:stop] = torch.from_numpy(sample_sums)
+        sample_label_count[start:stop] = torch.from_numpy(sample_counts[0])
+        sample_known_count[start:stop] = torch.from_numpy(sample_counts[1])
 
 
 if numba is not None:
@@ -256,19 +271,45 @@ if numba is not None:
         return total
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _rank_rows(scores, positive, known, has_known, index_ties, block_rows, sort_above, workspace, sample_sums):
+    def _rank_rows(
+        scores,
+        positive,
+        known,
+        has_known,
+        index_ties,
+        block_rows,
+        sort_above,
+        class_sums,
+        class_counts,
+        sample_sums,
+        sample_counts,
+    ):
         num_samples, num_classes = scores.shape
-        num_blocks = workspace.shape[0]
+        num_blocks = class_sums.shape[0]
         for block in prange(num_blocks):
-            acc = workspace[block]
+            acc = class_sums[block]
+            counts = class_counts[block]
             columns = np.empty(num_classes, dtype=np.int64)
+            masked = np.empty(num_classes if has_known else 0, dtype=np.uint8)  # positive & known
             for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
                 row = scores[i]
-                prow = positive[i]
-                krow = known[i] if has_known else known[0]
                 num_positives = 0
-                for k in range(num_classes):
-                    num_positives += prow[k]
+                num_known = num_classes
+                if has_known:
+                    krow = known[i]
+                    prow = masked
+                    num_known = 0
+                    for k in range(num_classes):
+                        prow[k] = positive[i, k] & krow[k]
+                        num_positives += prow[k]
+                        num_known += krow[k]
+                else:
+                    krow = known[0]
+                    prow = positive[i]
+                    for k in range(num_classes):
+                        num_positives += prow[k]
+                sample_counts[0, i] = num_positives
+                sample_counts[1, i] = num_known
                 if num_positives == 0:
                     sample_sums[i] = 0.0
                     continue
@@ -276,6 +317,7 @@ if numba is not None:
                 for k in range(num_classes):
                     if prow[k]:
                         columns[found] = k
+                        counts[k] += 1
                         found += 1
                         if found == num_positives:
                             break

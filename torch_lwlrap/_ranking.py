@@ -102,6 +102,25 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
     """
     num_samples, num_classes = preds.shape
     device = preds.device
+    class_precision_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
+    sample_precision_sum = torch.zeros(num_samples, dtype=torch.float64, device=device)
+    engine = _engine
+    if engine == "numba" or (engine == "auto" and device.type == "cpu"):
+        # The compiled CPU path (torch_lwlrap._numba_kernel) also counts the labels, in the same pass.
+        from torch_lwlrap import _numba_kernel
+
+        if _numba_kernel.is_available(device, preds.dtype):
+            sums = RankingSums(
+                class_precision_sum,
+                torch.zeros(num_classes, dtype=torch.int64),
+                sample_precision_sum,
+                torch.zeros(num_samples, dtype=torch.int64),
+                torch.zeros(num_samples, dtype=torch.int64),
+            )
+            _numba_kernel.ranking_sums_numba(preds, positive, known, *sums, ties=ties, chunk_elements=_chunk_elements)
+            return sums
+        engine = "auto" if engine == "auto" else "sort"  # "numba" falls back to "sort" where it cannot run
+
     if known is not None:
         positive = positive & known
     class_label_count = positive.sum(0, dtype=torch.int64)
@@ -110,15 +129,12 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
         sample_known_count = torch.full((num_samples,), num_classes, dtype=torch.int64, device=device)
     else:
         sample_known_count = known.sum(1, dtype=torch.int64)
-    class_precision_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
-    sample_precision_sum = torch.zeros(num_samples, dtype=torch.float64, device=device)
     sums = RankingSums(
         class_precision_sum, class_label_count, sample_precision_sum, sample_label_count, sample_known_count
     )
     if num_samples == 0:
         return sums
 
-    engine = _engine
     if engine == "triton" or (engine == "auto" and device.type == "cuda"):
         # The fused Triton kernel (torch_lwlrap._triton_kernel): "triton" falls back to "sort" where it cannot run.
         from torch_lwlrap import _triton_kernel
@@ -129,18 +145,6 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
             )
             return sums
         if engine == "triton":
-            engine = "sort"
-    if engine == "numba" or (engine == "auto" and device.type == "cpu"):
-        # The compiled CPU path (torch_lwlrap._numba_kernel): "numba" falls back to "sort" where it cannot run.
-        from torch_lwlrap import _numba_kernel
-
-        if _numba_kernel.is_available(device, preds.dtype):
-            _numba_kernel.ranking_sums_numba(
-                preds, positive, known, class_precision_sum, sample_precision_sum, ties=ties,
-                chunk_elements=_chunk_elements,
-            )
-            return sums
-        if engine == "numba":
             engine = "sort"
     if engine == "auto":
         if device.type != "cpu":
