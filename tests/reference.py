@@ -127,3 +127,29 @@ def exact_sums(preds, target, ties, ignore_index=None):
         sample_sums.append(sum(precisions.values(), Fraction(0)))
     as_tensor = lambda values: torch.tensor([float(v) for v in values], dtype=torch.float64)  # noqa: E731
     return as_tensor(class_sums), as_tensor(sample_sums)
+
+
+def run_kernel(kernel, preds, target, ties, ignore_index=None, device="cpu", **tuning):
+    """(class sums, sample sums) on the CPU from a compiled path's kernel (``ranking_sums_numba`` or ``_triton``).
+
+    Per-sample outputs start as sentinels (NaN, -1) so that a row the kernel never writes fails; the label counts
+    it returns are checked here against plain counting of the targets.
+    """
+    preds, target = preds.to(device), target.to(device)
+    num_samples, num_classes = preds.shape
+    positive = target == 1
+    known = None if ignore_index is None else target != ignore_index
+    class_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
+    class_count = torch.zeros(num_classes, dtype=torch.int64, device=device)
+    sample_sum = torch.full((num_samples,), math.nan, dtype=torch.float64, device=device)
+    sample_count = torch.full((num_samples,), -1, dtype=torch.int64, device=device)
+    known_count = torch.full((num_samples,), -1, dtype=torch.int64, device=device)
+    kernel(preds, positive, known, class_sum, class_count, sample_sum, sample_count, known_count, ties=ties, **tuning)
+    labels = target.cpu().tolist()
+    want_known = [sum(1 for v in row if ignore_index is None or v != ignore_index) for row in labels]
+    want_positive = [sum(1 for v in row if v == 1) for row in labels]
+    want_class = [sum(1 for row in labels if row[j] == 1) for j in range(num_classes)]
+    assert known_count.cpu().tolist() == want_known, "known labels per sample"
+    assert sample_count.cpu().tolist() == want_positive, "positive labels per sample"
+    assert class_count.cpu().tolist() == want_class, "positive labels per class"
+    return class_sum.cpu(), sample_sum.cpu()

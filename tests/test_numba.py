@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap
+from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap, run_kernel
 from torch_lwlrap import MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap import _numba_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
@@ -28,23 +28,7 @@ STRATEGIES = [(None, kernel.BLOCK_ROWS), (0, 3), (2, 1), (None, 7)]
 
 
 def kernel_sums(preds, target, ties, ignore_index=None, **tuning):
-    positive = target == 1
-    known = None if ignore_index is None else target != ignore_index
-    num_samples, num_classes = preds.shape
-    class_sum = torch.zeros(num_classes, dtype=torch.float64)
-    class_count = torch.zeros(num_classes, dtype=torch.int64)
-    sample_sum = torch.full((num_samples,), math.nan, dtype=torch.float64)  # every row must be written
-    sample_counts = torch.full((2, num_samples), -1, dtype=torch.int64)
-    kernel.ranking_sums_numba(
-        preds, positive, known, class_sum, class_count, sample_sum, *sample_counts, ties=ties, **tuning
-    )
-    # The label counts come from the same pass: check them against torch's on every call.
-    if known is not None:
-        positive = positive & known
-    assert torch.equal(class_count, positive.sum(0))
-    assert torch.equal(sample_counts[0], positive.sum(1))
-    assert torch.equal(sample_counts[1], known.sum(1) if known is not None else torch.full_like(sample_counts[1], num_classes))
-    return class_sum, sample_sum
+    return run_kernel(kernel.ranking_sums_numba, preds, target, ties, ignore_index, **tuning)
 
 
 def check(preds, target, ties, ignore_index=None, **tuning):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap, naive_lwlrap_per_class
+from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap, naive_lwlrap_per_class, run_kernel
 from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap import _triton_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
@@ -48,16 +48,8 @@ TOL = dict(rtol=0, atol=1e-12)
 
 
 def kernel_sums(preds, target, ties, ignore_index=None, **tuning):
-    """(class sums, sample sums) from the kernel, moved to the CPU."""
-    preds, target = preds.to(DEVICE), target.to(DEVICE)
-    num_samples, num_classes = preds.shape
-    positive = target == 1
-    known = None if ignore_index is None else target != ignore_index
-    class_sum = torch.zeros(num_classes, dtype=torch.float64, device=DEVICE)
-    # NaN: every row must be written by the kernel
-    sample_sum = torch.full((num_samples,), math.nan, dtype=torch.float64, device=DEVICE)
-    kernel.ranking_sums_triton(preds, positive, known, class_sum, sample_sum, ties=ties, **tuning)
-    return class_sum.cpu(), sample_sum.cpu()
+    """(class sums, sample sums) from the kernel, moved to the CPU; its label counts are checked on the way."""
+    return run_kernel(kernel.ranking_sums_triton, preds, target, ties, ignore_index, DEVICE, **tuning)
 
 
 def sort_sums(preds, target, ties, ignore_index=None):
@@ -227,10 +219,17 @@ def test_deterministic_and_adds_to_class_sums():
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     # The class sums are added to what the tensor holds; the sample sums are overwritten.
     class_sum = torch.arange(9, dtype=torch.float64, device=DEVICE)
+    class_count = torch.arange(9, device=DEVICE)
     sample_sum = torch.full((20,), 7.0, dtype=torch.float64, device=DEVICE)
+    sample_counts = torch.full((2, 20), 7, device=DEVICE)
     positive = (target == 1).to(DEVICE)
-    kernel.ranking_sums_triton(preds.to(DEVICE), positive, None, class_sum, sample_sum, ties="index")
+    kernel.ranking_sums_triton(
+        preds.to(DEVICE), positive, None, class_sum, class_count, sample_sum, *sample_counts, ties="index"
+    )
     torch.testing.assert_close(class_sum.cpu() - torch.arange(9, dtype=torch.float64), first[0], **TOL)
+    assert torch.equal(class_count.cpu() - torch.arange(9), (target == 1).sum(0))
+    assert torch.equal(sample_counts[0].cpu(), (target == 1).sum(1))
+    assert torch.equal(sample_counts[1].cpu(), torch.full((20,), 9))
     torch.testing.assert_close(sample_sum.cpu(), first[1], **TOL)
 
 
@@ -330,7 +329,13 @@ def test_kernel_argument_errors():
     # Checked before any launch: CPU tensors do for the messages.
     scores = torch.zeros(2, 3, dtype=torch.int32)
     positive = torch.zeros(2, 3, dtype=torch.bool)
-    sums = torch.zeros(3, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    sums = (
+        torch.zeros(3, dtype=torch.float64),
+        torch.zeros(3, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.float64),
+        torch.zeros(2, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64),
+    )
     with pytest.raises(TypeError, match=r"float16, bfloat16, float32 or float64 scores, but got dtype torch.int32"):
         kernel.ranking_sums_triton(scores, positive, None, *sums)
     with pytest.raises(ValueError, match=r"`ties` must be one of \('max', 'index'\), but got 'min'"):
@@ -343,10 +348,12 @@ def test_kernel_argument_errors():
     with pytest.raises(
         ValueError, match=r"`sample_precision_sum` must be a contiguous float64 tensor of shape \(2,\), but got dtype "
     ):
-        kernel.ranking_sums_triton(scores.float(), positive, None, sums[0], sums[1].float())
+        kernel.ranking_sums_triton(scores.float(), positive, None, sums[0], sums[1], sums[2].float(), *sums[3:])
+    with pytest.raises(ValueError, match=r"`class_label_count` must be a contiguous int64 tensor of shape \(3,\)"):
+        kernel.ranking_sums_triton(scores.float(), positive, None, sums[0], sums[1].int(), *sums[2:])
     strided = torch.zeros(12, dtype=torch.float64)[::2]
     with pytest.raises(ValueError, match=r"`class_precision_sum` must be .* \(3,\), but got .* and strides \(2,\)"):
-        kernel.ranking_sums_triton(scores.float(), positive, None, strided, sums[1])
+        kernel.ranking_sums_triton(scores.float(), positive, None, strided, *sums[1:])
 
 
 @pytest.mark.cuda

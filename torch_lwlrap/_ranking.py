@@ -11,22 +11,27 @@ The precision of the label is ``L_ij / rank_ij``: two integer counts and one div
 path (functions, metrics, command line) reduces these precisions to per-class and per-sample sums through
 :func:`ranking_sums`.
 
-Two interchangeable paths compute the counts:
+Four interchangeable paths compute the counts; every one gives the same sums up to float64 rounding:
 
-* ``"sort"``: a batched stable sort of each row, cumulative counts of positives, and, for ``ties="max"``, the end
-  of each tie group. ``O(N C log C)`` work whatever the labels.
-* ``"count"``: sort-free; for each positive, count the row's scores that are >= its score. ``O(P C)`` work for
-  ``P`` positives, which wins when labels are sparse.
+* ``"sort"`` (torch): a batched sort of each row; each positive's counts are looked up in it. ``O(N C log C)``.
+* ``"count"`` (torch): sort-free; for each positive, count the row's scores that are >= its score. ``O(P C)`` work
+  for ``P`` positives, which wins when labels are sparse.
+* ``"numba"`` (:mod:`torch_lwlrap._numba_kernel`, CPU): the counting of ``"count"``, compiled: one pass over the
+  row per positive, no temporaries, and the label counts from the same pass.
+* ``"triton"`` (:mod:`torch_lwlrap._triton_kernel`, CUDA): the same, as one fused GPU kernel.
 
-``"auto"`` picks per batch from the label density (see :data:`COUNT_MAX_DENSITY`). Rows are processed in chunks of
-about :data:`CHUNK_ELEMENTS` scores so the workspace is bounded whatever the batch size.
+``"auto"`` (the default) takes the compiled path for the tensors' device where its library is installed (numba for
+the CPU, Triton for CUDA); otherwise it picks ``"sort"`` or ``"count"`` per batch on the CPU from the label density
+(see :data:`COUNT_MAX_DENSITY`) and ``"sort"`` elsewhere (its choice needs no host-device sync). The torch paths
+process rows in chunks of about :data:`CHUNK_ELEMENTS` scores, so the workspace is bounded whatever the batch size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from typing import Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -55,7 +60,7 @@ class RankingSums(NamedTuple):
 
 
 def get_engine() -> str:
-    """The engine in use: ``"auto"``, ``"sort"`` or ``"count"``."""
+    """The engine in use: ``"auto"`` (the default) or a forced path (see :data:`ENGINES`)."""
     return _engine
 
 
@@ -92,63 +97,45 @@ def choose_engine(num_samples: int, num_classes: int, num_positives: int) -> str
 
 
 def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None, *, ties: str = "max") -> RankingSums:
-    """Per-class and per-sample sums of label precisions for a batch.
+    """Per-class and per-sample sums of label precisions for a batch, and its label counts.
 
     Args:
         preds: ``(N, C)`` floating scores, ranked as given (ties in the given dtype are real ties).
-        positive: ``(N, C)`` bool, the positive labels; must be False where ``known`` is False.
+        positive: ``(N, C)`` bool, the positive labels; a label where ``known`` is False is not positive.
         known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
         ties: ``"max"`` or ``"index"``.
     """
     num_samples, num_classes = preds.shape
     device = preds.device
-    class_precision_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
-    sample_precision_sum = torch.zeros(num_samples, dtype=torch.float64, device=device)
     engine = _engine
-    if engine == "numba" or (engine == "auto" and device.type == "cpu"):
-        # The compiled CPU path (torch_lwlrap._numba_kernel) also counts the labels, in the same pass.
-        from torch_lwlrap import _numba_kernel
-
-        if _numba_kernel.is_available(device, preds.dtype):
-            sums = RankingSums(
-                class_precision_sum,
-                torch.zeros(num_classes, dtype=torch.int64),
-                sample_precision_sum,
-                torch.zeros(num_samples, dtype=torch.int64),
-                torch.zeros(num_samples, dtype=torch.int64),
-            )
-            _numba_kernel.ranking_sums_numba(preds, positive, known, *sums, ties=ties, chunk_elements=_chunk_elements)
-            return sums
-        engine = "auto" if engine == "auto" else "sort"  # "numba" falls back to "sort" where it cannot run
-
+    kernel = _compiled_path(engine, device, preds.dtype)
+    if kernel is not None:
+        # A compiled path counts the labels in the same pass as the ranks.
+        sums = RankingSums(
+            torch.zeros(num_classes, dtype=torch.float64, device=device),
+            torch.zeros(num_classes, dtype=torch.int64, device=device),
+            torch.zeros(num_samples, dtype=torch.float64, device=device),
+            torch.zeros(num_samples, dtype=torch.int64, device=device),
+            torch.zeros(num_samples, dtype=torch.int64, device=device),
+        )
+        if num_samples:
+            kernel(preds, positive, known, *sums, ties=ties)
+        return sums
     if known is not None:
         positive = positive & known
-    class_label_count = positive.sum(0, dtype=torch.int64)
-    sample_label_count = positive.sum(1, dtype=torch.int64)
-    if known is None:
-        sample_known_count = torch.full((num_samples,), num_classes, dtype=torch.int64, device=device)
-    else:
-        sample_known_count = known.sum(1, dtype=torch.int64)
+    class_label_count, sample_label_count, sample_known_count = _label_counts(positive, known)
     sums = RankingSums(
-        class_precision_sum, class_label_count, sample_precision_sum, sample_label_count, sample_known_count
+        torch.zeros(num_classes, dtype=torch.float64, device=device),
+        class_label_count,
+        torch.zeros(num_samples, dtype=torch.float64, device=device),
+        sample_label_count,
+        sample_known_count,
     )
     if num_samples == 0:
         return sums
-
-    if engine == "triton" or (engine == "auto" and device.type == "cuda"):
-        # The fused Triton kernel (torch_lwlrap._triton_kernel): "triton" falls back to "sort" where it cannot run.
-        from torch_lwlrap import _triton_kernel
-
-        if _triton_kernel.is_available(device, preds.dtype):
-            _triton_kernel.ranking_sums_triton(
-                preds, positive, known, class_precision_sum, sample_precision_sum, ties=ties
-            )
-            return sums
-        if engine == "triton":
-            engine = "sort"
-    if engine == "auto":
-        if device.type != "cpu":
-            # The density is not known on the host without a sync; the sort path needs none.
+    if engine not in ("sort", "count"):  # "auto", or a compiled path that cannot run here
+        if engine != "auto" or device.type != "cpu":
+            # Off the CPU the density is not known on the host without a sync; the sort path needs none.
             engine = "sort"
         else:
             engine = choose_engine(num_samples, num_classes, int(class_label_count.sum()))
@@ -157,6 +144,49 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
     else:
         _count_path(preds, positive, known, ties, sums)
     return sums
+
+
+def _compiled_path(engine: str, device: torch.device, dtype: torch.dtype):
+    """The compiled kernel that ``engine`` runs on ``device`` (None: a torch path ranks).
+
+    ``"auto"`` takes the numba kernel for CPU tensors and the Triton kernel for CUDA tensors when they are installed;
+    ``"numba"`` and ``"triton"`` force theirs, and fall back to the torch ``"sort"`` path where it cannot run.
+    """
+    if engine == "numba" or (engine == "auto" and device.type == "cpu"):
+        from torch_lwlrap import _numba_kernel
+
+        if _numba_kernel.is_available(device, dtype):
+            return functools.partial(_numba_kernel.ranking_sums_numba, chunk_elements=_chunk_elements)
+    if engine == "triton" or (engine == "auto" and device.type == "cuda"):
+        from torch_lwlrap import _triton_kernel
+
+        if _triton_kernel.is_available(device, dtype):
+            return _triton_kernel.ranking_sums_triton
+    return None
+
+
+def _label_counts(positive: Tensor, known: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(positives per class, positives per sample, known labels per sample)``, int64, counted a block at a time.
+
+    torch casts a whole bool tensor to the accumulation dtype before summing it (8 bytes per label for int64):
+    blocks of rows keep that copy small.
+    """
+    num_samples, num_classes = positive.shape
+    device = positive.device
+    class_count = torch.zeros(num_classes, dtype=torch.int64, device=device)
+    sample_count = torch.empty(num_samples, dtype=torch.int64, device=device)
+    if known is None:
+        known_count = torch.full((num_samples,), num_classes, dtype=torch.int64, device=device)
+    else:
+        known_count = torch.empty(num_samples, dtype=torch.int64, device=device)
+    rows = _block_rows(num_classes, device)
+    for start in range(0, num_samples, rows):
+        block = positive[start : start + rows]
+        class_count += block.sum(0, dtype=torch.int64)
+        torch.sum(block, 1, dtype=torch.int64, out=sample_count[start : start + rows])
+        if known is not None:
+            torch.sum(known[start : start + rows], 1, dtype=torch.int64, out=known_count[start : start + rows])
+    return class_count, sample_count, known_count
 
 
 def _sort_path(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, sums: RankingSums) -> None:

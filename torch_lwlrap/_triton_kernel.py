@@ -21,7 +21,8 @@ when Triton is importable (``pip install torch-lwlrap[gpu]``). It computes the s
   are kept), float64 stays float64; ``+-inf`` rank like any other value. Targets are read as bytes (a bool tensor is
   reinterpreted, not copied). Any strides are accepted: no copy is made of non-contiguous inputs.
 
-Per-sample sums are stored by the program that owns the row. Per-class sums are accumulated in registers by each
+The label counts (per class, per sample, and known labels per sample) come from the same read of the targets.
+Per-sample sums and counts are stored by the program that owns the row. Per-class sums are accumulated in registers by each
 program and written to a ``(programs, C)`` float64 workspace (the tiled kernel adds each tile's sums to the
 program's own workspace row, each column always from the same thread), then summed over programs by torch: no float
 atomics between programs, so the result is the same on every run on the same GPU. The grid, hence the summation
@@ -174,7 +175,10 @@ def ranking_sums_triton(
     positive: Tensor,
     known: Optional[Tensor],
     class_precision_sum: Tensor,
+    class_label_count: Tensor,
     sample_precision_sum: Tensor,
+    sample_label_count: Tensor,
+    sample_known_count: Tensor,
     *,
     ties: str = "max",
     block_rows: Optional[int] = None,
@@ -183,14 +187,19 @@ def ranking_sums_triton(
     num_warps: Optional[int] = None,
     num_programs: Optional[int] = None,
 ) -> None:
-    """Add a batch's per-class precision sums to ``class_precision_sum`` and store its per-sample sums.
+    """Add a batch's per-class sums to the ``class_*`` tensors and store its per-sample sums in the ``sample_*`` ones.
+
+    The label counts come from the same read of the targets as the precisions.
 
     Args:
         preds: ``(N, C)`` floating scores (float16, bfloat16, float32 or float64), any strides.
-        positive: ``(N, C)`` bool positive labels.
+        positive: ``(N, C)`` bool positive labels; a label that is not ``known`` is not positive.
         known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
-        class_precision_sum: ``(C,)`` float64, added to.
-        sample_precision_sum: ``(N,)`` contiguous float64, overwritten.
+        class_precision_sum: ``(C,)`` float64, added to: the precisions of each class's positives.
+        class_label_count: ``(C,)`` int64, added to: the positives of each class.
+        sample_precision_sum: ``(N,)`` contiguous float64, overwritten: the precisions of each sample's positives.
+        sample_label_count: ``(N,)`` contiguous int64, overwritten: the positives of each sample.
+        sample_known_count: ``(N,)`` contiguous int64, overwritten: the labels of each sample that are known.
         ties: ``"max"`` or ``"index"``.
         block_rows: rows per program tile (see :func:`launch_config`); tuning only.
         max_block: widest single tile; tuning and tests only.
@@ -230,13 +239,16 @@ def ranking_sums_triton(
                 f"dtype {value.dtype} and shape {tuple(value.shape)}."
             )
     num_samples, num_classes = preds.shape
-    for name, value, size in (
-        ("class_precision_sum", class_precision_sum, num_classes),
-        ("sample_precision_sum", sample_precision_sum, num_samples),
+    for name, value, size, dtype in (
+        ("class_precision_sum", class_precision_sum, num_classes, torch.float64),
+        ("class_label_count", class_label_count, num_classes, torch.int64),
+        ("sample_precision_sum", sample_precision_sum, num_samples, torch.float64),
+        ("sample_label_count", sample_label_count, num_samples, torch.int64),
+        ("sample_known_count", sample_known_count, num_samples, torch.int64),
     ):
-        if value.dtype != torch.float64 or value.shape != (size,) or not value.is_contiguous():
+        if value.dtype != dtype or value.shape != (size,) or not value.is_contiguous():
             raise ValueError(
-                f"Argument `{name}` must be a contiguous float64 tensor of shape ({size},), but got dtype "
+                f"Argument `{name}` must be a contiguous {str(dtype)[6:]} tensor of shape ({size},), but got dtype "
                 f"{value.dtype}, shape {tuple(value.shape)} and strides {value.stride()}."
             )
     if num_samples == 0 or num_classes == 0:
@@ -251,15 +263,18 @@ def ranking_sums_triton(
     targets = positive.view(torch.uint8)
     has_known = known is not None
     knowns = known.view(torch.uint8) if has_known else targets
-    workspace = (torch.zeros if config.tiled else torch.empty)(
-        (grid, num_classes), dtype=torch.float64, device=device
-    )
+    new_workspace = torch.zeros if config.tiled else torch.empty
+    workspace = new_workspace((grid, num_classes), dtype=torch.float64, device=device)
+    count_workspace = new_workspace((grid, num_classes), dtype=torch.int64, device=device)
     args = (
         preds,
         targets,
         knowns,
         sample_precision_sum,
+        sample_label_count,
+        sample_known_count,
         workspace,
+        count_workspace,
         num_samples,
         num_classes,
         preds.stride(0),
@@ -288,6 +303,7 @@ def ranking_sums_triton(
                 num_warps=config.num_warps,
             )
     class_precision_sum.add_(workspace.sum(0))
+    class_label_count.add_(count_workspace.sum(0))
 
 
 if triton is not None:
@@ -298,7 +314,10 @@ if triton is not None:
         pos_ptr,
         known_ptr,
         sample_ptr,
+        sample_count_ptr,
+        sample_known_ptr,
         ws_ptr,
+        ws_count_ptr,
         N,
         C,
         stride_pr,
@@ -318,6 +337,7 @@ if triton is not None:
         cols = tl.arange(0, BLOCK_C)
         col_ok = cols < C
         class_acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float64)
+        count_acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.int32)
         num_blocks = tl.cdiv(N, BLOCK_R)
         block = pid
         while block < num_blocks:
@@ -336,7 +356,11 @@ if triton is not None:
                 known = inside
             # One reduction counts both: 1 per known label ahead (rank), 65536 per positive ahead (hits).
             weight = tl.where(known, 1, 0) + tl.where(known & (positive != 0), 65536, 0)
-            num_steps = tl.max(tl.sum((weight >> 16).to(tl.int32), axis=1), axis=0)
+            count_acc += weight >> 16
+            row_counts = tl.sum(weight, axis=1)  # known labels in the low 16 bits, positives above
+            tl.store(sample_count_ptr + rows, (row_counts >> 16).to(tl.int64), mask=row_ok)
+            tl.store(sample_known_ptr + rows, (row_counts & 65535).to(tl.int64), mask=row_ok)
+            num_steps = tl.max(row_counts >> 16, axis=0)
             sample_acc = tl.zeros((BLOCK_R,), dtype=tl.float64)
             last = tl.full((BLOCK_R,), -1, dtype=tl.int32)  # positives are taken in column order
             step = 0
@@ -371,6 +395,7 @@ if triton is not None:
             tl.store(sample_ptr + rows, sample_acc, mask=row_ok)
             block += num_programs
         tl.store(ws_ptr + pid.to(tl.int64) * C + cols, tl.sum(class_acc, axis=0), mask=col_ok)
+        tl.store(ws_count_ptr + pid.to(tl.int64) * C + cols, tl.sum(count_acc, axis=0).to(tl.int64), mask=col_ok)
 
     @triton.jit(do_not_specialize=["N"])
     def _tiled_kernel(
@@ -378,7 +403,10 @@ if triton is not None:
         pos_ptr,
         known_ptr,
         sample_ptr,
+        sample_count_ptr,
+        sample_known_ptr,
         ws_ptr,
+        ws_count_ptr,
         N,
         C,
         stride_pr,
@@ -401,6 +429,8 @@ if triton is not None:
             pos_base = pos_ptr + row * stride_tr
             known_base = known_ptr + row * stride_kr
             sample_sum = tl.full((), 0.0, dtype=tl.float64)
+            sample_count = tl.full((), 0, dtype=tl.int64)
+            sample_known = tl.full((), 0, dtype=tl.int64)
             start = 0
             while start < C:
                 cols = start + offsets
@@ -409,10 +439,15 @@ if triton is not None:
                 scores = tl.load(score_base + wide_cols * stride_pc, mask=inside, other=0)
                 positive = tl.load(pos_base + wide_cols * stride_tc, mask=inside, other=0) != 0
                 if HAS_KNOWN:
-                    positive = positive & (tl.load(known_base + wide_cols * stride_kc, mask=inside, other=0) != 0)
+                    tile_known = inside & (tl.load(known_base + wide_cols * stride_kc, mask=inside, other=0) != 0)
+                    positive = positive & tile_known
+                    sample_known += tl.sum(tile_known.to(tl.int32), axis=0)
+                else:
+                    sample_known += tl.sum(inside.to(tl.int32), axis=0)
                 positive = inside & positive
                 class_acc = tl.zeros((TILE,), dtype=tl.float64)
                 num_steps = tl.sum(positive.to(tl.int32), axis=0)
+                sample_count += num_steps
                 last = start - 1  # positives are taken in column order
                 step = 0
                 while step < num_steps:
@@ -453,8 +488,11 @@ if triton is not None:
                 sample_sum += tl.sum(class_acc, axis=0)
                 # Only this program writes this workspace row, each column from one lane: the order is fixed.
                 tl.atomic_add(ws_ptr + pid.to(tl.int64) * C + cols, class_acc, mask=positive)
+                tl.atomic_add(ws_count_ptr + pid.to(tl.int64) * C + cols, positive.to(tl.int64), mask=positive)
                 start += TILE
             tl.store(sample_ptr + row, sample_sum)
+            tl.store(sample_count_ptr + row, sample_count)
+            tl.store(sample_known_ptr + row, sample_known)
             row += num_programs
 
     _INTERPRETED = type(_rows_kernel).__name__ == "InterpretedFunction"
