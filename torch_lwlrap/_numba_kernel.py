@@ -5,11 +5,12 @@ when numba is importable (``pip install torch-lwlrap[cpu]``). It computes the sa
 row by row, with no ``(N, C)`` temporary:
 
 * Rows are split into blocks of :data:`BLOCK_ROWS`; numba's ``prange`` spreads the blocks over the threads.
-* For each row, the positive labels are found by a vectorized count of the row's target bytes, then one scan that
-  stops at the last positive. A row without a positive costs one read of its target bytes and nothing more.
+* For each row, the positive labels are found by scanning its target bytes four 8-byte words at a time, bytes only
+  where a word is not 0. A row without a positive costs one read of its target bytes and nothing more.
 * A row with few positives is *counted*: for each positive ``j`` with score ``s``, one vectorized pass over the row
-  counts ``rank = #{k known : s_k >= s}`` and ``hits = #{k positive : s_k >= s}`` (for ``ties="index"``:
-  ``s_k > s``, or ``s_k == s`` and ``k <= j``). ``O(K C)`` for ``K`` positives, and the row is in L1 cache.
+  counts ``rank = #{k known : s_k >= s}`` (for ``ties="index"``: ``s_k > s``, or ``s_k == s`` and ``k <= j``), and
+  ``hits``, the same count over positives, compares ``s`` with the row's ``K`` positive scores only. ``O(K C)`` for
+  ``K`` positives, and the row is in L1 cache.
 * A row with very many positives (more than :data:`SORT_POSITIVES_PER_LOG2` ``* log2(C)``) is *sorted*: its known
   scores and its positives' scores are sorted once, and each positive's counts are two binary searches
   (``O(C log C)``). Under ``ties="index"`` a score tied with another is counted again in a pass over its row.
@@ -152,15 +153,23 @@ def ranking_sums_numba(
         numba.set_num_threads(threads)
 
     native = preds.dtype in (torch.float32, torch.float64)
-    in_place = native and all(t is None or t.is_contiguous() for t in (preds, positive, known))
+    in_place = native and known is None and preds.is_contiguous() and positive.is_contiguous()
     rows_per_chunk = num_samples if in_place else max(1, (chunk_elements or CHUNK_ELEMENTS) // num_classes)
     dummy_known = np.ones((1, 1), dtype=np.uint8)
     for start in range(0, num_samples, rows_per_chunk):
         stop = min(start + rows_per_chunk, num_samples)
         scores = preds[start:stop]
         scores = (scores if native else scores.to(torch.float32)).contiguous()
-        positives = positive[start:stop].contiguous().numpy().view(np.uint8)
-        knowns = dummy_known if known is None else known[start:stop].contiguous().numpy().view(np.uint8)
+        if known is None:
+            positives = positive[start:stop].contiguous()
+            knowns = dummy_known
+        else:
+            positives = positive[start:stop] & known[start:stop]
+            knowns = known[start:stop].contiguous().numpy().view(np.uint8)
+        # The targets as bytes, and the 8-byte words inside them: rows are scanned a word at a time.
+        positive_bytes = positives.numpy().view(np.uint8).reshape(-1)
+        head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
+        positive_words = positive_bytes[head : head + (positive_bytes.size - head) // 8 * 8].view(np.uint64)
         blocks = -(-(stop - start) // block_rows)
         class_sums = np.zeros((blocks, num_classes), dtype=np.float64)
         class_counts = np.zeros((blocks, num_classes), dtype=np.int64)
@@ -168,7 +177,9 @@ def ranking_sums_numba(
         sample_counts = np.empty((2, stop - start), dtype=np.int64)
         _rank_rows(
             scores.numpy(),
-            positives,
+            positive_bytes,
+            positive_words,
+            head,
             knowns,
             known is not None,
             ties == "index",
@@ -189,36 +200,50 @@ def ranking_sums_numba(
 if numba is not None:
 
     @njit(cache=True, nogil=True)
-    def _count_one(row, prow, krow, has_known, index_ties, j):
-        """``(rank, hits)`` of the positive in column ``j``: one pass over the row."""
+    def _rank_in_row(row, krow, has_known, index_ties, j):
+        """``rank`` of the label in column ``j``: one vectorized pass over the row.
+
+        Counts are kept in int32 explicitly at each step: numba widens integer sums to int64, which halves the
+        lanes of each vector instruction.
+        """
         score = row[j]
         num_classes = row.shape[0]
-        rank = np.int64(0)
-        hits = np.int64(0)
+        rank = np.int32(0)
         # "index": columns up to j count when >= (ties rank first), columns after j only when >.
         split = j + 1 if index_ties else num_classes
         if has_known:
             for k in range(split):
-                ahead = np.int32(row[k] >= score) & np.int32(krow[k])
-                rank += ahead
-                hits += ahead & np.int32(prow[k])
+                rank = np.int32(rank + (np.int32(row[k] >= score) & np.int32(krow[k])))
             for k in range(split, num_classes):
-                ahead = np.int32(row[k] > score) & np.int32(krow[k])
-                rank += ahead
-                hits += ahead & np.int32(prow[k])
+                rank = np.int32(rank + (np.int32(row[k] > score) & np.int32(krow[k])))
         else:
             for k in range(split):
-                ahead = np.int32(row[k] >= score)
-                rank += ahead
-                hits += ahead & np.int32(prow[k])
+                rank = np.int32(rank + np.int32(row[k] >= score))
             for k in range(split, num_classes):
-                ahead = np.int32(row[k] > score)
-                rank += ahead
-                hits += ahead & np.int32(prow[k])
-        return rank, hits
+                rank = np.int32(rank + np.int32(row[k] > score))
+        return rank
 
     @njit(cache=True, nogil=True)
-    def _sort_row(row, prow, krow, has_known, index_ties, columns, num_positives, acc):
+    def _hits_among_positives(values, num_positives, index_ties, q):
+        """``hits`` of the row's ``q``-th positive: compared with the other positives' scores only.
+
+        ``values`` holds the scores of the row's positives in column order, so "lower column first" among tied
+        scores is "lower position first".
+        """
+        score = values[q]
+        hits = np.int32(0)
+        if index_ties:
+            for r in range(q + 1):
+                hits = np.int32(hits + np.int32(values[r] >= score))
+            for r in range(q + 1, num_positives):
+                hits = np.int32(hits + np.int32(values[r] > score))
+        else:
+            for r in range(num_positives):
+                hits = np.int32(hits + np.int32(values[r] >= score))
+        return hits
+
+    @njit(cache=True, nogil=True)
+    def _sort_row(row, krow, has_known, index_ties, columns, num_positives, acc):
         """Sum of the precisions of a row with many positives, by sorting; adds each to ``acc``."""
         num_classes = row.shape[0]
         if has_known:
@@ -270,10 +295,49 @@ if numba is not None:
             total += precision
         return total
 
+    @njit(cache=True, nogil=True)
+    def _columns_in(flags, first, stop, row_start, columns, found):
+        """Append to ``columns`` the columns of the non-zero bytes ``flags[first:stop]`` of a row."""
+        for at in range(first, stop):
+            if flags[at]:
+                columns[found] = at - row_start
+                found += 1
+        return found
+
+    @njit(cache=True, nogil=True)
+    def _positive_columns(flags, words, head, row_start, num_classes, columns):
+        """The columns of a row's positives, in order, into ``columns``; returns how many.
+
+        ``flags`` holds the 0/1 target bytes of all rows and ``words`` its aligned 8-byte words (starting at byte
+        ``head``). Labels are sparse: the row is scanned four words at a time, bytes only where a word is not 0.
+        """
+        row_stop = row_start + num_classes
+        first_word = max(0, (row_start - head + 7) // 8)
+        stop_word = max(0, (row_stop - head) // 8)
+        if stop_word <= first_word:
+            return _columns_in(flags, row_start, row_stop, row_start, columns, 0)
+        found = _columns_in(flags, row_start, head + 8 * first_word, row_start, columns, 0)
+        word = first_word
+        while word + 4 <= stop_word:
+            if words[word] | words[word + 1] | words[word + 2] | words[word + 3]:
+                for inside in range(word, word + 4):
+                    if words[inside]:
+                        byte = head + 8 * inside
+                        found = _columns_in(flags, byte, byte + 8, row_start, columns, found)
+            word += 4
+        while word < stop_word:
+            if words[word]:
+                byte = head + 8 * word
+                found = _columns_in(flags, byte, byte + 8, row_start, columns, found)
+            word += 1
+        return _columns_in(flags, head + 8 * stop_word, row_stop, row_start, columns, found)
+
     @njit(parallel=True, cache=True, nogil=True)
     def _rank_rows(
         scores,
-        positive,
+        positive_bytes,
+        positive_words,
+        head,
         known,
         has_known,
         index_ties,
@@ -290,44 +354,36 @@ if numba is not None:
             acc = class_sums[block]
             counts = class_counts[block]
             columns = np.empty(num_classes, dtype=np.int64)
-            masked = np.empty(num_classes if has_known else 0, dtype=np.uint8)  # positive & known
+            values = np.empty(num_classes, dtype=scores.dtype)
             for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
                 row = scores[i]
-                num_positives = 0
-                num_known = num_classes
+                row_start = i * num_classes
+                krow = known[i] if has_known else known[0]
+                num_positives = _positive_columns(
+                    positive_bytes, positive_words, head, row_start, num_classes, columns
+                )
+                num_known = np.int32(num_classes)
                 if has_known:
-                    krow = known[i]
-                    prow = masked
-                    num_known = 0
+                    num_known = np.int32(0)
                     for k in range(num_classes):
-                        prow[k] = positive[i, k] & krow[k]
-                        num_positives += prow[k]
-                        num_known += krow[k]
-                else:
-                    krow = known[0]
-                    prow = positive[i]
-                    for k in range(num_classes):
-                        num_positives += prow[k]
+                        num_known = np.int32(num_known + np.int32(krow[k]))
                 sample_counts[0, i] = num_positives
                 sample_counts[1, i] = num_known
                 if num_positives == 0:
                     sample_sums[i] = 0.0
                     continue
-                found = 0
-                for k in range(num_classes):
-                    if prow[k]:
-                        columns[found] = k
-                        counts[k] += 1
-                        found += 1
-                        if found == num_positives:
-                            break
+                for q in range(num_positives):
+                    counts[columns[q]] += 1
                 if num_positives > sort_above:
-                    sample_sums[i] = _sort_row(row, prow, krow, has_known, index_ties, columns, num_positives, acc)
+                    sample_sums[i] = _sort_row(row, krow, has_known, index_ties, columns, num_positives, acc)
                     continue
+                for q in range(num_positives):
+                    values[q] = row[columns[q]]
                 total = 0.0
                 for q in range(num_positives):
                     j = columns[q]
-                    rank, hits = _count_one(row, prow, krow, has_known, index_ties, j)
+                    rank = _rank_in_row(row, krow, has_known, index_ties, j)
+                    hits = _hits_among_positives(values, num_positives, index_ties, q)
                     precision = hits / rank
                     acc[j] += precision
                     total += precision
