@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every check that needs a CUDA GPU, in one run (about 8 minutes on an H100):
+#
+#   1. the whole test suite on the GPU (CUDA tests and the compiled Triton kernel included);
+#   2. benchmarks/gpu_check.py: every engine path on CUDA against exact references, the no-sync check of
+#      `update(validate_args=False)`, timings against the read floor, and the Triton tile sweep;
+#   3. the benchmark sweep on CUDA (python -m benchmarks --device cuda), with its JSON, markdown and plot.
+#
+# Run from the repository root on a machine with torch, Triton and the test dependencies installed:
+#
+#   OUT=/tmp/gpu bash benchmarks/gpu_session.sh
+#
+# Results land in $OUT (default: gpu_session_results/): pytest.log, gpu_check.md/.json, cuda.md/.json/.png.
+# The exit status is that of the first step that failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu_session_results}"
+mkdir -p "$out"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+status=0
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+
+echo "== 1. test suite on $(python3 -c 'import torch; print(torch.cuda.get_device_name(0))')"
+python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$out/pytest.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== 2. gpu_check"
+python3 benchmarks/gpu_check.py --out "$out/gpu_check" || [ "$status" -ne 0 ] || status=2
+for f in results.md results.json; do
+    [ -f "$out/gpu_check/$f" ] && mv "$out/gpu_check/$f" "$out/gpu_check.${f#results.}"
+done
+rmdir "$out/gpu_check" 2>/dev/null
+
+echo "== 3. benchmark sweep on CUDA"
+python3 -m benchmarks --device cuda --tag cuda --out "$out" || [ "$status" -ne 0 ] || status=3
+
+exit "$status"

@@ -1,0 +1,97 @@
+"""The benchmark scripts run end to end and their anchors agree with the library (no time is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import anchors
+from benchmarks.run import make_inputs, parse_sizes
+from tests.reference import naive_lwlrap
+from torch_lwlrap import multilabel_lwlrap
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_module(*args, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", *args, "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+@pytest.mark.slow
+def test_quick_sweep_writes_agreeing_results(tmp_path):
+    run_module("benchmarks", "--quick", "--device", "cpu", "--memory", "auto", tmp_path=tmp_path)
+    report = json.loads((tmp_path / "quick-cpu.json").read_text())
+    assert (tmp_path / "quick-cpu.md").read_text().startswith("# torch_lwlrap benchmark")
+    assert (tmp_path / "quick-cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report["metadata"]["torch"] == torch.__version__ and report["metadata"]["git_commit"]
+    names = set()
+    for case in report["cases"]:
+        assert case["floor"]["seconds"] > 0
+        for entry in case["results"]:
+            names.add(entry["implementation"])
+            if "seconds" in entry:
+                assert entry["agrees"], entry
+                assert entry["seconds"] > 0 and entry["rows_per_second"] > 0
+        default = next(r for r in case["results"] if r["implementation"] == "torch_lwlrap")
+        assert default["peak_extra_bytes"] >= 0 and set(default["speedup_vs"]) == {
+            "scikit-learn",
+            "challenge (numpy)",
+            "torchmetrics",
+        }
+    assert {"torch_lwlrap engine=sort", "torch_lwlrap engine=count", "MultilabelLWLRAP update+compute"} <= names
+
+
+@pytest.mark.slow
+def test_crossover_script_runs(tmp_path):
+    run_module("benchmarks.crossover", "--quick", tmp_path=tmp_path)
+    report = json.loads((tmp_path / "crossover-quick.json").read_text())
+    assert report["torch"] and all(row["sort ms"] > 0 and row["count ms"] > 0 for row in report["torch"])
+    assert "count / sort" in (tmp_path / "crossover-quick.md").read_text()
+
+
+def test_generated_inputs_follow_their_description():
+    preds, target = make_inputs(2000, 50, None)
+    per_row = target.sum(1)
+    assert per_row.min() == 1 and per_row.max() == 3 and abs(per_row.double().mean().item() - 2) < 0.1
+    # distinct scores within each row: every tie rule gives the same value
+    assert (preds.sort(1).values.diff(dim=1) > 0).all()
+    assert multilabel_lwlrap(preds, target).item() == multilabel_lwlrap(preds, target, ties="index").item()
+    assert 0.6 < multilabel_lwlrap(preds, target).item() < 0.85
+    dense = make_inputs(2000, 50, 0.3)[1].double().mean().item()
+    assert abs(dense - 0.3) < 0.01
+    assert torch.equal(make_inputs(100, 20, None)[0], make_inputs(100, 20, None)[0])  # deterministic
+
+
+def test_anchors_against_the_naive_formula():
+    g = torch.Generator().manual_seed(5)
+    preds = torch.rand(40, 9, generator=g)
+    target = (torch.rand(40, 9, generator=g) < 0.3).long()
+    target[:, 0] = 1  # at least one positive per row
+    want = naive_lwlrap(preds.numpy(), target.numpy())
+    p, t = preds.numpy(), target.numpy()
+    assert anchors.sklearn_lwlrap(p, t) == pytest.approx(want, abs=1e-12)
+    assert anchors.challenge_lwlrap(p, t) == pytest.approx(want, abs=1e-12)
+    lrap = anchors.torchmetrics_lrap(preds, target)
+    assert lrap == pytest.approx(
+        float(np.mean([naive_lwlrap(preds[i : i + 1].numpy(), target[i : i + 1].numpy()) for i in range(40)])),
+        abs=1e-5,
+    )
+
+
+def test_size_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"cannot read '20000by527'"):
+        parse_sizes("20000by527")
+    with pytest.raises(ValueError, match=r"needs N >= 1 and C >= 3"):
+        parse_sizes("10x2")
+    with pytest.raises(ValueError, match=r"density of '10x8:1.5' must be in \(0, 1\]"):
+        parse_sizes("10x8:1.5")
