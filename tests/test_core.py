@@ -438,3 +438,29 @@ def test_nan_scores_are_found_among_infinities(dtype, device):
     preds[1, 2] = float("nan")
     with pytest.raises(ValueError, match=r"`preds` contains NaN \(first at index \(1, 2\)\)"):
         multilabel_lwlrap(preds, target)
+
+
+@pytest.mark.parametrize("engine", ["auto"] + ENGINES)
+def test_nan_scores_are_found_by_every_engine_path_in_any_row(engine):
+    # On the numba path the NaN check happens in the ranking pass itself: it must cover rows without a positive,
+    # extra dimensions (the index names the input's own shape) and every score dtype, and lose no state.
+    preds = torch.rand(4, 5, 3, generator=torch.Generator().manual_seed(1))
+    target = torch.zeros(4, 5, 3, dtype=torch.long)
+    target[0, 1, 0] = 1
+    preds[3, 2, 1] = float("nan")  # sample (3, t=1) has no positive
+    metric = MultilabelLWLRAP(5)
+    metric.update(preds[:1], target[:1])
+    before = metric.precision_sum.clone(), metric.label_count.clone()
+    with use_engine(engine):
+        for dtype in (torch.float16, torch.float32, torch.float64):
+            with pytest.raises(ValueError, match=r"`preds` contains NaN \(first at index \(3, 2, 1\)\)"):
+                multilabel_lwlrap(preds.to(dtype), target)
+            with pytest.raises(ValueError, match=r"`preds` contains NaN \(first at index \(3, 2, 1\)\)"):
+                multilabel_lrap(preds.to(dtype), target)
+        with pytest.raises(ValueError, match="NaN"):
+            metric.update(preds, target)
+        assert torch.equal(metric.precision_sum, before[0]) and torch.equal(metric.label_count, before[1])
+        # validate_args=False looks at no value: no error (the NaN sample has no positive, so no rank meets it)
+        assert multilabel_lwlrap(preds, target, validate_args=False).item() == pytest.approx(
+            naive_lwlrap(preds[:, :, [0]].numpy(), target[:, :, [0]].numpy())
+        )

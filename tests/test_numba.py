@@ -91,7 +91,8 @@ def test_special_rows(ties):
 
 @needs_numba
 @pytest.mark.parametrize("ties", ["max", "index"])
-def test_every_label_ignored_but_positives_and_wide_rows(ties):
+def test_every_label_ignored_but_positives_and_wide_rows(ties, monkeypatch):
+    monkeypatch.setattr(kernel, "SORT_POSITIVES_PER_LOG2", 48)  # dense rows of 1200 labels are sorted by default
     # Rows whose only known labels are positives, and a wide row where sorting is the default strategy.
     preds, target = make_case(13, 8, 9, ignore_index=-1)
     target[0] = torch.tensor([1, -1, -1, 1, -1, -1, -1, -1, -1])

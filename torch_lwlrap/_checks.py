@@ -142,14 +142,29 @@ def _target_is_bad(target: Tensor, ignore_index: Optional[int]) -> Optional[Tens
     return torch.count_nonzero(target) != expected
 
 
+def nan_scores_error(preds: Tensor) -> ValueError:
+    """The error for scores with a NaN, naming the index of the first one."""
+    where = torch.isnan(preds).nonzero()[0].tolist()
+    return ValueError(f"Argument `preds` contains NaN (first at index {tuple(where)}); NaN scores cannot be ranked.")
+
+
 def _check_values(
-    preds: Tensor, target: Tensor, ignore_index: Optional[int], sample_weight: Optional[Tensor]
+    preds: Tensor,
+    target: Tensor,
+    ignore_index: Optional[int],
+    sample_weight: Optional[Tensor],
+    check_scores: bool = True,
 ) -> None:
-    """Value checks with exactly one host-device sync; details are only looked up when something is wrong."""
+    """Value checks with exactly one host-device sync; details are only looked up when something is wrong.
+
+    ``check_scores=False`` leaves NaN scores to the ranking engine's own pass (see
+    :func:`torch_lwlrap._ranking.checks_nan_in_its_pass`).
+    """
     flags = []
-    if preds.numel():
+    if preds.numel() and check_scores:
         # The minimum is NaN exactly when a score is NaN: one vectorized read of the scores.
         flags.append(torch.isnan(torch.aminmax(preds)[0]))
+    if target.numel():
         bad_target = _target_is_bad(target, ignore_index)
         if bad_target is not None:
             flags.append(bad_target)
@@ -157,11 +172,8 @@ def _check_values(
         flags += [torch.isnan(sample_weight).any(), (sample_weight < 0).any(), torch.isinf(sample_weight).any()]
     if not flags or not torch.stack(flags).any().item():  # the one sync
         return
-    if torch.isnan(preds).any():
-        where = torch.isnan(preds).nonzero()[0].tolist()
-        raise ValueError(
-            f"Argument `preds` contains NaN (first at index {tuple(where)}); NaN scores cannot be ranked."
-        )
+    if check_scores and torch.isnan(preds).any():
+        raise nan_scores_error(preds)
     bad_target = (target != 0) & (target != 1)
     if _ignore_value(target, ignore_index) is not None:
         bad_target &= target != ignore_index
@@ -185,16 +197,18 @@ def check_inputs(
     ignore_index: Optional[int],
     validate_args: bool,
     sample_weight: Optional[Tensor] = None,
+    check_scores: bool = True,
 ) -> None:
     """Every check of :func:`format_inputs`, without formatting: raises on a bad batch, else does nothing.
 
     Shape, dtype and device checks always run; value checks run when ``validate_args`` (one host-device sync).
+    ``check_scores=False`` skips the NaN check of the scores, for a caller whose ranking engine does it.
     """
     _check_tensor_args(preds, target, num_labels)
     if sample_weight is not None:
         _check_sample_weight_args(sample_weight, preds)
     if validate_args:
-        _check_values(preds, target, ignore_index, sample_weight)
+        _check_values(preds, target, ignore_index, sample_weight, check_scores)
 
 
 def format_inputs(
@@ -204,6 +218,7 @@ def format_inputs(
     ignore_index: Optional[int],
     validate_args: bool,
     sample_weight: Optional[Tensor] = None,
+    check_scores: bool = True,
 ) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
     """Check and reshape inputs into ``(scores (M, C), positive (M, C) bool, known (M, C) bool or None, weight (M,))``.
 
@@ -211,7 +226,7 @@ def format_inputs(
     ignored. Shape, dtype and device checks always run (they cost nothing); value checks run when
     ``validate_args`` and cost one host-device sync.
     """
-    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight)
+    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight, check_scores)
 
     num_classes = preds.shape[1]
     if preds.ndim > 2:

@@ -14,8 +14,8 @@ row by row, with no ``(N, C)`` temporary:
 * A row with very many positives (more than :data:`SORT_POSITIVES_PER_LOG2` ``* log2(C)``) is *sorted*: its known
   scores and its positives' scores are sorted once, and each positive's counts are two binary searches
   (``O(C log C)``). Under ``ties="index"`` a score tied with another is counted again in a pass over its row.
-  Counting is so cheap (about 0.15 ns per score on one core) that sorting (about 10 ns per score and ``log2(C)``)
-  only wins on dense rows of wide label spaces, e.g. more than 640 positives out of 10,000.
+  Counting is so cheap (vectorized compares, a few hundredths of a nanosecond per score) that sorting only wins on
+  dense rows of wide label spaces: more than about 2,100 positives out of 10,000 (``benchmarks/crossover.py``).
 * The precision ``hits / rank`` is one float64 division of two integers, as on every path. Per-sample sums are
   stored by the thread that owns the row; per-class sums are added per block to a ``(blocks, C)`` float64
   workspace that torch then sums in block order: the result does not depend on the number of threads.
@@ -45,7 +45,7 @@ BLOCK_ROWS = 128
 
 #: A row is sorted rather than counted when it has more than this many positives per ``log2(C)``: the crossover
 #: measured on the CPU with ``benchmarks/crossover.py``.
-SORT_POSITIVES_PER_LOG2 = 48
+SORT_POSITIVES_PER_LOG2 = 160
 
 #: Scores converted per chunk when the input must be widened or made contiguous first.
 CHUNK_ELEMENTS = 1 << 22
@@ -73,7 +73,7 @@ def sort_min_positives(num_classes: int) -> int:
 
     Example:
         >>> sort_min_positives(527), sort_min_positives(10_000)
-        (433, 637)
+        (1446, 2126)
     """
     return int(SORT_POSITIVES_PER_LOG2 * math.log2(max(num_classes, 2)))
 
@@ -92,7 +92,8 @@ def ranking_sums_numba(
     block_rows: int = BLOCK_ROWS,
     sort_above: Optional[int] = None,
     chunk_elements: Optional[int] = None,
-) -> None:
+    check_nan: bool = False,
+) -> bool:
     """Add a batch's per-class sums to the ``class_*`` tensors and store its per-sample sums in the ``sample_*`` ones.
 
     The label counts come from the same pass over the targets as the precisions.
@@ -111,6 +112,10 @@ def ranking_sums_numba(
         sort_above: rows with more positives than this are sorted, the others counted (default:
             :func:`sort_min_positives`); tuning and tests only (0 sorts every row, ``C`` counts every row).
         chunk_elements: scores converted per chunk when the input must be widened or copied; tests only.
+        check_nan: also look for NaN scores, in the same pass over the rows (then every row is read).
+
+    Returns:
+        True when ``check_nan`` is set and a score is NaN (the sums are then meaningless), else False.
 
     Example:
         The engine's ``"numba"`` path calls this function where numba is installed, and ranks with the torch
@@ -146,7 +151,7 @@ def ranking_sums_numba(
         raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
     num_samples, num_classes = preds.shape
     if num_samples == 0 or num_classes == 0:
-        return
+        return False
     sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
     threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     if numba.get_num_threads() != threads:
@@ -156,6 +161,7 @@ def ranking_sums_numba(
     in_place = native and known is None and preds.is_contiguous() and positive.is_contiguous()
     rows_per_chunk = num_samples if in_place else max(1, (chunk_elements or CHUNK_ELEMENTS) // num_classes)
     dummy_known = np.ones((1, 1), dtype=np.uint8)
+    nan_found = False
     for start in range(0, num_samples, rows_per_chunk):
         stop = min(start + rows_per_chunk, num_samples)
         scores = preds[start:stop]
@@ -175,6 +181,7 @@ def ranking_sums_numba(
         class_counts = np.zeros((blocks, num_classes), dtype=np.int64)
         sample_sums = np.empty(stop - start, dtype=np.float64)
         sample_counts = np.empty((2, stop - start), dtype=np.int64)
+        nan_flags = np.zeros(blocks, dtype=np.uint8)
         _rank_rows(
             scores.numpy(),
             positive_bytes,
@@ -189,12 +196,16 @@ def ranking_sums_numba(
             class_counts,
             sample_sums,
             sample_counts,
+            check_nan,
+            nan_flags,
         )
+        nan_found = nan_found or bool(nan_flags.any())
         class_precision_sum.add_(torch.from_numpy(class_sums).sum(0))
         class_label_count.add_(torch.from_numpy(class_counts).sum(0))
         sample_precision_sum[start:stop] = torch.from_numpy(sample_sums)
         sample_label_count[start:stop] = torch.from_numpy(sample_counts[0])
         sample_known_count[start:stop] = torch.from_numpy(sample_counts[1])
+    return nan_found
 
 
 if numba is not None:
@@ -347,6 +358,8 @@ if numba is not None:
         class_counts,
         sample_sums,
         sample_counts,
+        check_nan,
+        nan_flags,
     ):
         num_samples, num_classes = scores.shape
         num_blocks = class_sums.shape[0]
@@ -357,6 +370,12 @@ if numba is not None:
             values = np.empty(num_classes, dtype=scores.dtype)
             for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
                 row = scores[i]
+                if check_nan:  # the first read of the row: the passes below find it in the cache
+                    nan = np.int32(0)
+                    for k in range(num_classes):
+                        nan = np.int32(nan | np.int32(row[k] != row[k]))
+                    if nan:
+                        nan_flags[block] = 1
                 row_start = i * num_classes
                 krow = known[i] if has_known else known[0]
                 num_positives = _positive_columns(

@@ -41,9 +41,11 @@ ENGINES = ("auto", "sort", "count", "numba", "triton")
 #: Scores ranked per chunk: the workspace is a few dozen bytes per score, so about 100 MB on the sort path.
 CHUNK_ELEMENTS = 1 << 21
 
-#: ``"auto"`` uses the sort-free path while ``positives / (N * log2(C))`` stays below this, as measured by
-#: ``benchmarks/crossover.py``: counting costs a pass over the row per positive, sorting about ``log2(C)``.
-COUNT_MAX_DENSITY = 0.25
+#: Without a compiled path, ``"auto"`` ranks CPU tensors with the sort-free ``"count"`` path while
+#: ``positives / (N * log2(C))`` stays below this, else with ``"sort"``: counting costs a pass over the row per
+#: positive, sorting about ``log2(C)`` passes. The crossover measured by ``benchmarks/crossover.py`` on 2 CPU cores
+#: lies between 6 and 15 for C from 80 to 10,000.
+COUNT_MAX_DENSITY = 8.0
 
 _engine = "auto"
 _chunk_elements: Optional[int] = None
@@ -96,7 +98,22 @@ def choose_engine(num_samples: int, num_classes: int, num_positives: int) -> str
     return "count" if density < COUNT_MAX_DENSITY else "sort"
 
 
-def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None, *, ties: str = "max") -> RankingSums:
+class ScoresContainNaN(ValueError):
+    """Raised by :func:`ranking_sums` with ``check_nan=True`` when a score is NaN."""
+
+
+def checks_nan_in_its_pass(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the path that ranks such tensors finds NaN scores in its own pass over them (the numba path).
+
+    Value checks then leave NaN to :func:`ranking_sums` (``check_nan=True``) instead of reading the scores once
+    more, which costs as much as the ranking itself on the CPU.
+    """
+    return _compiled_path(_engine, device, dtype)[0] == "numba"
+
+
+def ranking_sums(
+    preds: Tensor, positive: Tensor, known: Optional[Tensor] = None, *, ties: str = "max", check_nan: bool = False
+) -> RankingSums:
     """Per-class and per-sample sums of label precisions for a batch, and its label counts.
 
     Args:
@@ -104,11 +121,15 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
         positive: ``(N, C)`` bool, the positive labels; a label where ``known`` is False is not positive.
         known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
         ties: ``"max"`` or ``"index"``.
+        check_nan: raise :class:`ScoresContainNaN` if a score is NaN (in the same pass on the numba path; with one
+            more read of the scores, and a host-device sync, elsewhere).
     """
     num_samples, num_classes = preds.shape
     device = preds.device
     engine = _engine
-    kernel = _compiled_path(engine, device, preds.dtype)
+    name, kernel = _compiled_path(engine, device, preds.dtype)
+    if check_nan and name != "numba" and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
+        raise ScoresContainNaN("`preds` contains NaN.")
     if kernel is not None:
         # A compiled path counts the labels in the same pass as the ranks.
         sums = RankingSums(
@@ -118,7 +139,10 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
             torch.zeros(num_samples, dtype=torch.int64, device=device),
             torch.zeros(num_samples, dtype=torch.int64, device=device),
         )
-        if num_samples:
+        if name == "numba":
+            if kernel(preds, positive, known, *sums, ties=ties, check_nan=check_nan):
+                raise ScoresContainNaN("`preds` contains NaN.")
+        elif num_samples:
             kernel(preds, positive, known, *sums, ties=ties)
         return sums
     if known is not None:
@@ -147,7 +171,7 @@ def ranking_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
 
 
 def _compiled_path(engine: str, device: torch.device, dtype: torch.dtype):
-    """The compiled kernel that ``engine`` runs on ``device`` (None: a torch path ranks).
+    """``(name, kernel)`` of the compiled path that ``engine`` runs on ``device``; ``(None, None)``: a torch path.
 
     ``"auto"`` takes the numba kernel for CPU tensors and the Triton kernel for CUDA tensors when they are installed;
     ``"numba"`` and ``"triton"`` force theirs, and fall back to the torch ``"sort"`` path where it cannot run.
@@ -156,13 +180,13 @@ def _compiled_path(engine: str, device: torch.device, dtype: torch.dtype):
         from torch_lwlrap import _numba_kernel
 
         if _numba_kernel.is_available(device, dtype):
-            return functools.partial(_numba_kernel.ranking_sums_numba, chunk_elements=_chunk_elements)
+            return "numba", functools.partial(_numba_kernel.ranking_sums_numba, chunk_elements=_chunk_elements)
     if engine == "triton" or (engine == "auto" and device.type == "cuda"):
         from torch_lwlrap import _triton_kernel
 
         if _triton_kernel.is_available(device, dtype):
-            return _triton_kernel.ranking_sums_triton
-    return None
+            return "triton", _triton_kernel.ranking_sums_triton
+    return None, None
 
 
 def _label_counts(positive: Tensor, known: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:

@@ -46,12 +46,32 @@ CHALLENGE_HEADER = ("fname", "labels")
 
 
 class CsvFormatError(ValueError):
-    """A CSV file that cannot be scored; the message names the file, the line, the fname and/or the column."""
+    """A CSV file that cannot be scored; the message names the file, the line, the fname and/or the column.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "truth.csv")
+        >>> with open(path, "w") as file:
+        ...     _ = file.write("fname,labels")
+        >>> read_truth(path)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torch_lwlrap.cli.CsvFormatError: truth file '...truth.csv' has a header but no rows.
+    """
 
 
 @dataclass
 class Truth:
-    """Ground truth read from a CSV file.
+    r"""Ground truth read from a CSV file (see :func:`read_truth`).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "truth.csv")
+        >>> with open(path, "w") as file:
+        ...     _ = file.write('fname,labels\na.wav,"Bark,Dog"\nb.wav,Cat\n')
+        >>> truth = read_truth(path)
+        >>> truth.layout, truth.fnames, truth.labels, truth.lines
+        ('challenge', ['a.wav', 'b.wav'], [['Bark', 'Dog'], ['Cat']], [2, 3])
 
     Attributes:
         fnames: the ``fname`` of each row, in file order.
@@ -73,7 +93,16 @@ class Truth:
 
 @dataclass
 class Predictions:
-    """Scores read from a submission CSV file.
+    r"""Scores read from a submission CSV file (see :func:`read_predictions`).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "submission.csv")
+        >>> with open(path, "w") as file:
+        ...     _ = file.write("fname,Bark,Cat\na.wav,0.9,0.1\nb.wav,-2.5,inf\n")
+        >>> predictions = read_predictions(path)
+        >>> predictions.classes, predictions.scores.tolist()
+        (['Bark', 'Cat'], [[0.9, 0.1], [-2.5, inf]])
 
     Attributes:
         fnames: the ``fname`` of each row, in file order.
@@ -90,7 +119,12 @@ class Predictions:
 
 @dataclass
 class Score:
-    """The scores of one submission.
+    """The scores of one submission (see :func:`score_files`).
+
+    Example:
+        >>> score = Score(0.75, 0.8, 2, 3, ["a", "b"], [0.75, float("nan")], [1.0, 0.0], [3, 0], "wide")
+        >>> [score.classes[i] for i in score.worst_first()]  # classes without positive last
+        ['a', 'b']
 
     Attributes:
         lwlrap: overall (label-weighted) lwlrap.

@@ -12,8 +12,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import check_average, check_ignore_index, check_ties, format_inputs
-from torch_lwlrap._ranking import ranking_sums
+from torch_lwlrap._checks import check_average, check_ignore_index, check_ties, format_inputs, nan_scores_error
+from torch_lwlrap._ranking import RankingSums, ScoresContainNaN, checks_nan_in_its_pass, ranking_sums
 
 __all__ = [
     "multilabel_lwlrap",
@@ -35,9 +35,32 @@ def _lwlrap_update(
     validate_args: bool,
 ) -> Tuple[Tensor, Tensor]:
     """Per-class ``(precision_sum float64 (C,), label_count int64 (C,))`` of a batch."""
-    scores, positive, known, _ = format_inputs(preds, target, num_labels, ignore_index, validate_args)
-    sums = ranking_sums(scores, positive, known, ties=ties)
+    sums, _ = _batch_sums(preds, target, num_labels, ties, ignore_index, validate_args)
     return sums.class_precision_sum, sums.class_label_count
+
+
+def _batch_sums(
+    preds: Tensor,
+    target: Tensor,
+    num_labels: Optional[int],
+    ties: str,
+    ignore_index: Optional[int],
+    validate_args: bool,
+    sample_weight: Optional[Tensor] = None,
+) -> Tuple[RankingSums, Optional[Tensor]]:
+    """Checked, formatted and ranked: the :class:`RankingSums` of a batch, and its ``(M,)`` sample weights."""
+    # Where the engine reads every score anyway (the numba path), it also looks for NaN: no extra read.
+    engine_checks_nan = (
+        validate_args and isinstance(preds, Tensor) and checks_nan_in_its_pass(preds.device, preds.dtype)
+    )
+    scores, positive, known, weight = format_inputs(
+        preds, target, num_labels, ignore_index, validate_args, sample_weight, check_scores=not engine_checks_nan
+    )
+    try:
+        sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
+    except ScoresContainNaN:
+        raise nan_scores_error(preds) from None
+    return sums, weight
 
 
 def _lwlrap_per_class(precision_sum: Tensor, label_count: Tensor) -> Tuple[Tensor, Tensor]:
@@ -167,10 +190,7 @@ def _lrap_update(
     validate_args: bool,
 ) -> Tuple[Tensor, Tensor]:
     """``(lrap_sum, weight_sum)`` of a batch, two float64 scalars: the weighted sum of per-sample scores."""
-    scores, positive, known, weight = format_inputs(
-        preds, target, num_labels, ignore_index, validate_args, sample_weight
-    )
-    sums = ranking_sums(scores, positive, known, ties=ties)
+    sums, weight = _batch_sums(preds, target, num_labels, ties, ignore_index, validate_args, sample_weight)
     count = sums.sample_label_count
     # scikit-learn's convention: a sample with no positive, or only positives, scores 1.
     trivial = (count == 0) | (count == sums.sample_known_count)

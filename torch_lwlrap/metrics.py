@@ -139,7 +139,24 @@ class MultilabelLWLRAP(Metric):
         _add_options_tag(self, self.ties, self.ignore_index)
 
     def update(self, preds: Tensor, target: Tensor) -> None:
-        """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``."""
+        """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``.
+
+        A rejected batch raises before anything changes: the state keeps the batches accumulated before it.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLWLRAP
+            >>> metric = MultilabelLWLRAP(num_labels=3)
+            >>> metric.update(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]))
+            >>> metric.label_count
+            tensor([1, 0, 1])
+            >>> metric.update(torch.tensor([[0.1, 0.7]]), torch.tensor([[1, 0]]))
+            Traceback (most recent call last):
+            ...
+            ValueError: Expected 3 labels (`num_labels`) in dimension 1 of `preds`, but got shape (1, 2).
+            >>> metric.label_count
+            tensor([1, 0, 1])
+        """
         _check_device(self, preds)
         precision_sum, label_count = _lwlrap_update(
             preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
@@ -169,11 +186,37 @@ class MultilabelLWLRAP(Metric):
         return _apply_keeping_float64(self, fn, exclude_state, ("precision_sum",))
 
     def compute(self) -> Tensor:
-        """lwlrap of all accumulated batches (float64; ``(C,)`` with ``average="none"``)."""
+        """lwlrap of all accumulated batches (float64; ``(C,)`` with ``average="none"``).
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLWLRAP
+            >>> metric = MultilabelLWLRAP(num_labels=3, average="macro")
+            >>> metric.update(torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1], [0, 1, 1]]))
+            >>> metric.compute()  # (2/3 + 1 + 3/4) / 3
+            tensor(0.8056, dtype=torch.float64)
+        """
         return _lwlrap_compute(self.precision_sum, self.label_count, self.average)
 
     def per_class(self) -> Tuple[Tensor, Tensor]:
-        """``(per_class, weights)``: per-class lwlrap (NaN without positive) and each class's share of labels."""
+        """``(per_class, weights)``: per-class lwlrap (NaN without positive) and each class's share of labels.
+
+        Whatever ``average`` is; ``(per_class * weights).nansum()`` is the weighted (overall) lwlrap.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLWLRAP
+            >>> metric = MultilabelLWLRAP(num_labels=4)
+            >>> metric.update(torch.tensor([[0.1, 0.7, 0.2, 0.0], [0.1, 0.7, 0.2, 0.0]]),
+            ...               torch.tensor([[1, 0, 1, 0], [0, 1, 1, 0]]))
+            >>> per_class, weights = metric.per_class()
+            >>> per_class  # class 3 has no positive label
+            tensor([0.6667, 1.0000, 0.7500,    nan], dtype=torch.float64)
+            >>> weights
+            tensor([0.2500, 0.2500, 0.5000, 0.0000], dtype=torch.float64)
+            >>> (per_class * weights).nansum()
+            tensor(0.7917, dtype=torch.float64)
+        """
         return _lwlrap_per_class(self.precision_sum, self.label_count)
 
     def plot(
@@ -254,7 +297,17 @@ class MultilabelLRAP(Metric):
         _add_options_tag(self, self.ties, self.ignore_index)
 
     def update(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> None:
-        """Add a batch, optionally with non-negative per-sample weights ``(N,)``."""
+        """Add a batch, optionally with non-negative per-sample weights ``(N,)``.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLRAP
+            >>> metric = MultilabelLRAP(num_labels=3)
+            >>> preds = torch.tensor([[0.75, 0.5, 1.0], [1.0, 0.2, 0.1]])
+            >>> metric.update(preds, torch.tensor([[1, 0, 0], [0, 0, 1]]), sample_weight=torch.tensor([1.0, 3.0]))
+            >>> metric.compute()  # (1 * 1/2 + 3 * 1/3) / 4
+            tensor(0.3750, dtype=torch.float64)
+        """
         _check_device(self, preds)
         lrap_sum, weight_sum = _lrap_update(
             preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
@@ -284,7 +337,16 @@ class MultilabelLRAP(Metric):
         return _apply_keeping_float64(self, fn, exclude_state, ("lrap_sum", "weight_sum"))
 
     def compute(self) -> Tensor:
-        """LRAP of all accumulated samples (float64 scalar)."""
+        """LRAP of all accumulated samples (float64 scalar); NaN with a warning when there are none.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelLRAP
+            >>> metric = MultilabelLRAP(num_labels=3)
+            >>> metric.update(torch.tensor([[0.75, 0.5, 1.0], [1.0, 0.2, 0.1]]), torch.tensor([[1, 0, 1], [0, 0, 1]]))
+            >>> metric.compute()  # per sample: (1/1 + 2/2) / 2 and 1/3
+            tensor(0.6667, dtype=torch.float64)
+        """
         return _lrap_compute(self.lrap_sum, self.weight_sum)
 
     def plot(self, val: Optional[Union[Tensor, Sequence[Tensor]]] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:
