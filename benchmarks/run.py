@@ -564,7 +564,7 @@ def write_plot(report: Dict, path: Path) -> None:
         for entry in record["results"]:
             if "seconds" in entry and entry["implementation"] not in names:
                 names.append(entry["implementation"])
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(cases)), 6))
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(cases)), 7))
     width = 0.8 / max(1, len(names))
     for index, name in enumerate(names):
         xs, ys = [], []
@@ -579,7 +579,7 @@ def write_plot(report: Dict, path: Path) -> None:
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=8)
     ax.set_title(f"torch_lwlrap benchmark: {report['tag']}")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22))  # below the axes: no overlap
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
