@@ -34,14 +34,13 @@ import statistics
 import sys
 import time
 import traceback
-from fractions import Fraction
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/ and torch_lwlrap/
 
-from tests.reference import label_precisions  # noqa: E402
+from tests.reference import exact_sums as reference_exact_sums  # noqa: E402
 from torch_lwlrap import MultilabelLWLRAP  # noqa: E402
 from torch_lwlrap import _triton_kernel as kernel  # noqa: E402
 from torch_lwlrap._ranking import ranking_sums, use_engine  # noqa: E402
@@ -125,21 +124,10 @@ def path_sums(path, preds, positive, known, ties, **tuning):
 
 def exact_sums(preds, positive, known, ties):
     """(class sums, sample sums) from exact fractions of the naive per-label precisions (small inputs only)."""
-    scores_rows = preds.double().cpu().tolist()
-    positive_rows = positive.cpu().tolist()
-    known_rows = None if known is None else known.cpu().tolist()
-    num_classes = preds.shape[1]
-    class_sums = [Fraction(0)] * num_classes
-    sample_sums = []
-    for i, scores in enumerate(scores_rows):
-        kn = [j for j in range(num_classes) if known_rows is None or known_rows[i][j]]
-        pos = [j for j in kn if positive_rows[i][j]]
-        precisions = label_precisions(scores, kn, pos, ties)
-        for j, value in precisions.items():
-            class_sums[j] += value
-        sample_sums.append(sum(precisions.values(), Fraction(0)))
-    to_tensor = lambda values: torch.tensor([float(v) for v in values], dtype=torch.float64)  # noqa: E731
-    return to_tensor(class_sums), to_tensor(sample_sums)
+    target = positive.cpu().long()
+    if known is not None:
+        target[~known.cpu()] = -1
+    return reference_exact_sums(preds, target, ties, None if known is None else -1)
 
 
 def rel_diff(got, want):

@@ -47,6 +47,29 @@ def check_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
     return ignore_index
 
 
+#: Score dtypes the compiled paths rank.
+SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_kernel_args(
+    engine: str, preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, cpu_only: bool = False
+) -> None:
+    """Arguments of a compiled path's kernel (``_numba_kernel``, ``_triton_kernel``), checked before any launch."""
+    check_ties(ties)
+    where = " on the CPU" if cpu_only else ""
+    if preds.dtype not in SCORE_DTYPES or (cpu_only and preds.device.type != "cpu"):
+        raise TypeError(
+            f"The {engine} engine ranks float16, bfloat16, float32 or float64 scores{where}, but got dtype "
+            f"{preds.dtype}" + (f" on {preds.device}." if cpu_only else ".")
+        )
+    for name, value in (("positive", positive), ("known", known)):
+        if value is not None and (value.dtype != torch.bool or value.shape != preds.shape):
+            raise ValueError(
+                f"Argument `{name}` must be a bool tensor of the shape of `preds` {tuple(preds.shape)}, but got "
+                f"dtype {value.dtype} and shape {tuple(value.shape)}."
+            )
+
+
 def check_options(ties: str, ignore_index: Optional[int], average: Optional[str] = "weighted") -> None:
     """Check the keyword options shared by functions and metrics."""
     check_ties(ties)

@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from torch_lwlrap._checks import SCORE_DTYPES, check_kernel_args
+
 try:  # numba is an optional dependency (the "cpu" extra)
     import numba
     from numba import njit, prange
@@ -50,7 +52,6 @@ SORT_POSITIVES_PER_LOG2 = 160
 #: Scores converted per chunk when the input must be widened or made contiguous first.
 CHUNK_ELEMENTS = 1 << 22
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
@@ -63,7 +64,7 @@ def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
         >>> is_available("cpu", torch.int32)
         False
     """
-    if numba is None or (dtype is not None and dtype not in _DTYPES):
+    if numba is None or (dtype is not None and dtype not in SCORE_DTYPES):
         return False
     return torch.device(device).type == "cpu"
 
@@ -134,19 +135,7 @@ def ranking_sums_numba(
     """
     if numba is None:
         raise RuntimeError("The numba engine needs numba: install it with `pip install torch-lwlrap[cpu]`.")
-    if ties not in ("max", "index"):
-        raise ValueError(f"Argument `ties` must be one of ('max', 'index'), but got {ties!r}.")
-    if preds.dtype not in _DTYPES or preds.device.type != "cpu":
-        raise TypeError(
-            f"The numba engine ranks float16, bfloat16, float32 or float64 scores on the CPU, but got dtype "
-            f"{preds.dtype} on {preds.device}."
-        )
-    for name, value in (("positive", positive), ("known", known)):
-        if value is not None and (value.dtype != torch.bool or value.shape != preds.shape):
-            raise ValueError(
-                f"Argument `{name}` must be a bool tensor of the shape of `preds` {tuple(preds.shape)}, but got "
-                f"dtype {value.dtype} and shape {tuple(value.shape)}."
-            )
+    check_kernel_args("numba", preds, positive, known, ties, cpu_only=True)
     if block_rows < 1:
         raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
     num_samples, num_classes = preds.shape

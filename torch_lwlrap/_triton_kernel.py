@@ -43,6 +43,8 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
+from torch_lwlrap._checks import SCORE_DTYPES, check_kernel_args
+
 try:  # Triton is an optional dependency (the "gpu" extra)
     import triton
     import triton.language as tl
@@ -65,7 +67,6 @@ ELEMENTS_PER_THREAD = 8
 #: At most one program per this many rows, so the class-sum workspace stays small next to the inputs.
 ROWS_PER_PROGRAM_MIN = 16
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 #: The packed counts hold ``rank`` in the low 16 bits and ``hits`` above: tiles of at most this many columns.
 _PACK_LIMIT = 16384
@@ -155,7 +156,7 @@ def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
         >>> is_available("cuda", torch.float8_e4m3fn)
         False
     """
-    if triton is None or (dtype is not None and dtype not in _DTYPES):
+    if triton is None or (dtype is not None and dtype not in SCORE_DTYPES):
         return False
     device = torch.device(device)
     if _INTERPRETED:
@@ -226,18 +227,7 @@ def ranking_sums_triton(
     """
     if triton is None:
         raise RuntimeError("The triton engine needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
-    if ties not in ("max", "index"):
-        raise ValueError(f"Argument `ties` must be one of ('max', 'index'), but got {ties!r}.")
-    if preds.dtype not in _DTYPES:
-        raise TypeError(
-            f"The triton engine ranks float16, bfloat16, float32 or float64 scores, but got dtype {preds.dtype}."
-        )
-    for name, value in (("positive", positive), ("known", known)):
-        if value is not None and (value.dtype != torch.bool or value.shape != preds.shape):
-            raise ValueError(
-                f"Argument `{name}` must be a bool tensor of the shape of `preds` {tuple(preds.shape)}, but got "
-                f"dtype {value.dtype} and shape {tuple(value.shape)}."
-            )
+    check_kernel_args("triton", preds, positive, known, ties)
     num_samples, num_classes = preds.shape
     for name, value, size, dtype in (
         ("class_precision_sum", class_precision_sum, num_classes, torch.float64),
