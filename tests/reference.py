@@ -111,6 +111,42 @@ def make_case(seed, n, c, *, dtype=torch.float32, levels=4, density=0.3, ignore_
     return preds.to(dtype), target
 
 
+def low_bit_cases():
+    """(preds, target) pairs of neighbouring float32 / float64 scores and -0.0 beside 0.0, repeated over 6 rows.
+
+    Ranking must compare exactly in the input precision.
+    """
+    base = torch.tensor([1.0, -1.0, 0.0, 1e-30])
+    for dtype in (torch.float32, torch.float64):
+        row = torch.stack([torch.nextafter(base.to(dtype), torch.tensor(math.inf, dtype=dtype)), base.to(dtype)])
+        preds = torch.cat([row.flatten(), torch.tensor([-0.0, 0.0], dtype=dtype)]).repeat(6, 1)
+        target = (torch.rand(preds.shape, generator=torch.Generator().manual_seed(3)) < 0.4).long()
+        yield preds, target
+
+
+#: Sample sums that :func:`special_rows_case` must give, by row and tie rule.
+SPECIAL_ROW_SUMS = {
+    "max": {0: 6.0, 1: 0.0, 3: 3 * (3 / 6)},
+    "index": {0: 6.0, 1: 0.0, 3: 1 / 2 + 2 / 4 + 3 / 5},
+}
+
+
+def special_rows_case():
+    """12 x 6 tied scores with rows every path must get right (sample sums in :data:`SPECIAL_ROW_SUMS`).
+
+    Row 0: every label positive (precision 1 each); row 1: no positive (sum 0); row 2: a single positive in the last
+    column; row 3: a fully tied row with three positives.
+    """
+    preds, target = make_case(11, 12, 6)
+    target[0] = 1
+    target[1] = 0
+    target[2] = 0
+    target[2, 5] = 1
+    preds[3] = 2.0
+    target[3] = torch.tensor([0, 1, 0, 1, 1, 0])
+    return preds, target
+
+
 def exact_sums(preds, target, ties, ignore_index=None):
     """(class sums, sample sums) as float64 tensors, from the naive per-label precisions in exact fractions."""
     scores_rows = preds.double().cpu().tolist()

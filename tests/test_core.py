@@ -464,3 +464,19 @@ def test_nan_scores_are_found_by_every_engine_path_in_any_row(engine):
         assert multilabel_lwlrap(preds, target, validate_args=False).item() == pytest.approx(
             naive_lwlrap(preds[:, :, [0]].numpy(), target[:, :, [0]].numpy())
         )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ranking_sums_check_nan_on_every_path(engine):
+    # The engine's own NaN check: in the numba pass, by one read of the scores on the other paths.
+    from torch_lwlrap._ranking import ScoresContainNaN, ranking_sums
+
+    preds, target = random_case(3, n=6, c=5)
+    positive = target == 1
+    with use_engine(engine):
+        clean = ranking_sums(preds, positive, check_nan=True)
+        expected = ranking_sums(preds, positive)
+        torch.testing.assert_close(clean.class_precision_sum, expected.class_precision_sum, rtol=0, atol=1e-12)
+        preds[4, 1] = float("nan")
+        with pytest.raises(ScoresContainNaN):
+            ranking_sums(preds, positive, check_nan=True)

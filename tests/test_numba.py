@@ -8,12 +8,20 @@ bfloat16 and non-contiguous inputs.
 from __future__ import annotations
 
 import importlib.util
-import math
 
 import pytest
 import torch
 
-from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap, run_kernel
+from tests.reference import (
+    SPECIAL_ROW_SUMS,
+    exact_sums,
+    low_bit_cases,
+    make_case,
+    naive_lrap,
+    naive_lwlrap,
+    run_kernel,
+    special_rows_case,
+)
 from torch_lwlrap import MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap import _numba_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
@@ -62,30 +70,18 @@ def test_random_tied_scores(dtype, ties, ignore_index, num_classes):
 @needs_numba
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_scores_that_differ_only_in_low_bits(ties):
-    base = torch.tensor([1.0, -1.0, 0.0, 1e-30])
-    for dtype in (torch.float32, torch.float64):
-        row = torch.stack([torch.nextafter(base.to(dtype), torch.tensor(math.inf, dtype=dtype)), base.to(dtype)])
-        preds = torch.cat([row.flatten(), torch.tensor([-0.0, 0.0], dtype=dtype)]).repeat(6, 1)
-        target = (torch.rand(preds.shape, generator=torch.Generator().manual_seed(3)) < 0.4).long()
+    for preds, target in low_bit_cases():
         check(preds, target, ties)
 
 
 @needs_numba
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_special_rows(ties):
-    preds, target = make_case(11, 12, 6)
-    target[0] = 1  # every label positive: precision 1 for each
-    target[1] = 0  # no positive: sample sum 0
-    target[2] = 0
-    target[2, 5] = 1  # a single positive in the last column
-    preds[3] = 2.0  # a fully tied row
-    target[3] = torch.tensor([0, 1, 0, 1, 1, 0])
+    preds, target = special_rows_case()
     for sort_above in (None, 0):
-        got_class, got_sample = kernel_sums(preds, target, ties, sort_above=sort_above)
-        assert got_sample[0].item() == pytest.approx(6.0, abs=1e-15)
-        assert got_sample[1].item() == 0.0
-        want_row3 = 3 * (3 / 6) if ties == "max" else (1 / 2 + 2 / 4 + 3 / 5)
-        assert got_sample[3].item() == pytest.approx(want_row3, abs=1e-15)
+        got_sample = kernel_sums(preds, target, ties, sort_above=sort_above)[1]
+        for row, want in SPECIAL_ROW_SUMS[ties].items():
+            assert got_sample[row].item() == pytest.approx(want, abs=1e-15)
     check(preds, target, ties)
 
 
@@ -223,6 +219,9 @@ def test_kernel_argument_errors():
     with pytest.raises(ValueError, match=r"`positive` must be a bool tensor of the shape of `preds` \(2, 3\), but "
                        r"got dtype torch.int64"):
         kernel.ranking_sums_numba(scores, positive.long(), None, *sums)
+    strided = torch.zeros(4, dtype=torch.float64)[::2]
+    with pytest.raises(ValueError, match=r"`sample_precision_sum` must be a contiguous float64 tensor of shape \(2,\)"):
+        kernel.ranking_sums_numba(scores, positive, None, sums[0], sums[1], strided, *sums[3:])
     with pytest.raises(ValueError, match=r"`block_rows` must be positive, but got 0"):
         kernel.ranking_sums_numba(scores, positive, None, *sums, block_rows=0)
     assert not kernel.is_available("cpu", torch.int64) and not kernel.is_available("meta")

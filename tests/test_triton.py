@@ -20,7 +20,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap, naive_lwlrap_per_class, run_kernel
+from tests.reference import (
+    SPECIAL_ROW_SUMS,
+    exact_sums,
+    low_bit_cases,
+    make_case,
+    naive_lrap,
+    naive_lwlrap,
+    naive_lwlrap_per_class,
+    run_kernel,
+    special_rows_case,
+)
 from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap import _triton_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
@@ -98,31 +108,17 @@ def test_several_row_blocks_and_wider_rows(ties, ignore_index):
 @needs_kernel
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_scores_that_differ_only_in_low_bits(ties):
-    # Neighbouring float32 / float64 values: ranking must compare exactly in the input precision.
-    base = torch.tensor([1.0, -1.0, 0.0, 1e-30])
-    for dtype in (torch.float32, torch.float64):
-        row = torch.stack([torch.nextafter(base.to(dtype), torch.tensor(math.inf, dtype=dtype)), base.to(dtype)])
-        preds = torch.cat([row.flatten(), torch.tensor([-0.0, 0.0], dtype=dtype)]).repeat(6, 1)
-        g = torch.Generator().manual_seed(3)
-        target = (torch.rand(preds.shape, generator=g) < 0.4).long()
+    for preds, target in low_bit_cases():
         check_against_references(preds, target, ties)
 
 
 @needs_kernel
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_all_positive_and_no_positive_rows(ties):
-    preds, target = make_case(11, 12, 6)
-    target[0] = 1  # every label positive: precision 1 for each
-    target[1] = 0  # no positive: no contribution, sample sum 0
-    target[2] = 0
-    target[2, 5] = 1  # a single positive in the last column
-    preds[3] = 2.0  # a fully tied row
-    target[3] = torch.tensor([0, 1, 0, 1, 1, 0])
-    got_class, got_sample = kernel_sums(preds, target, ties)
-    assert got_sample[0].item() == pytest.approx(6.0, abs=1e-15)
-    assert got_sample[1].item() == 0.0
-    want_row3 = 3 * (3 / 6) if ties == "max" else (1 / 2 + 2 / 4 + 3 / 5)
-    assert got_sample[3].item() == pytest.approx(want_row3, abs=1e-15)
+    preds, target = special_rows_case()
+    got_sample = kernel_sums(preds, target, ties)[1]
+    for row, want in SPECIAL_ROW_SUMS[ties].items():
+        assert got_sample[row].item() == pytest.approx(want, abs=1e-15)
     check_against_references(preds, target, ties)
 
 

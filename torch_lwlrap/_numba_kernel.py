@@ -135,7 +135,8 @@ def ranking_sums_numba(
     """
     if numba is None:
         raise RuntimeError("The numba engine needs numba: install it with `pip install torch-lwlrap[cpu]`.")
-    check_kernel_args("numba", preds, positive, known, ties, cpu_only=True)
+    sums = (class_precision_sum, class_label_count, sample_precision_sum, sample_label_count, sample_known_count)
+    check_kernel_args("numba", preds, positive, known, sums, ties, cpu_only=True)
     if block_rows < 1:
         raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
     num_samples, num_classes = preds.shape
@@ -168,8 +169,6 @@ def ranking_sums_numba(
         blocks = -(-(stop - start) // block_rows)
         class_sums = np.zeros((blocks, num_classes), dtype=np.float64)
         class_counts = np.zeros((blocks, num_classes), dtype=np.int64)
-        sample_sums = np.empty(stop - start, dtype=np.float64)
-        sample_counts = np.empty((2, stop - start), dtype=np.int64)
         nan_flags = np.zeros(blocks, dtype=np.uint8)
         _rank_rows(
             scores.numpy(),
@@ -183,17 +182,15 @@ def ranking_sums_numba(
             sort_above,
             class_sums,
             class_counts,
-            sample_sums,
-            sample_counts,
+            sample_precision_sum[start:stop].numpy(),  # per-sample outputs: written in place
+            sample_label_count[start:stop].numpy(),
+            sample_known_count[start:stop].numpy(),
             check_nan,
             nan_flags,
         )
         nan_found = nan_found or bool(nan_flags.any())
         class_precision_sum.add_(torch.from_numpy(class_sums).sum(0))
         class_label_count.add_(torch.from_numpy(class_counts).sum(0))
-        sample_precision_sum[start:stop] = torch.from_numpy(sample_sums)
-        sample_label_count[start:stop] = torch.from_numpy(sample_counts[0])
-        sample_known_count[start:stop] = torch.from_numpy(sample_counts[1])
     return nan_found
 
 
@@ -346,7 +343,8 @@ if numba is not None:
         class_sums,
         class_counts,
         sample_sums,
-        sample_counts,
+        sample_label_counts,
+        sample_known_counts,
         check_nan,
         nan_flags,
     ):
@@ -375,8 +373,8 @@ if numba is not None:
                     num_known = np.int32(0)
                     for k in range(num_classes):
                         num_known = np.int32(num_known + np.int32(krow[k]))
-                sample_counts[0, i] = num_positives
-                sample_counts[1, i] = num_known
+                sample_label_counts[i] = num_positives
+                sample_known_counts[i] = num_known
                 if num_positives == 0:
                     sample_sums[i] = 0.0
                     continue

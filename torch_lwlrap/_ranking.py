@@ -85,11 +85,6 @@ def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[No
         _engine, _chunk_elements = saved
 
 
-def _chunk_rows(num_classes: int) -> int:
-    budget = _chunk_elements or CHUNK_ELEMENTS
-    return max(1, budget // max(num_classes, 1))
-
-
 def choose_engine(num_samples: int, num_classes: int, num_positives: int) -> str:
     """The path ``"auto"`` takes for a batch with these sizes."""
     if num_classes <= 2:
@@ -131,13 +126,13 @@ def ranking_sums(
     if check_nan and name != "numba" and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
         raise ScoresContainNaN("`preds` contains NaN.")
     if kernel is not None:
-        # A compiled path counts the labels in the same pass as the ranks.
+        # A compiled path counts the labels in the same pass as the ranks, and writes every per-sample output.
         sums = RankingSums(
             torch.zeros(num_classes, dtype=torch.float64, device=device),
             torch.zeros(num_classes, dtype=torch.int64, device=device),
-            torch.zeros(num_samples, dtype=torch.float64, device=device),
-            torch.zeros(num_samples, dtype=torch.int64, device=device),
-            torch.zeros(num_samples, dtype=torch.int64, device=device),
+            torch.empty(num_samples, dtype=torch.float64, device=device),
+            torch.empty(num_samples, dtype=torch.int64, device=device),
+            torch.empty(num_samples, dtype=torch.int64, device=device),
         )
         if name == "numba":
             if kernel(preds, positive, known, *sums, ties=ties, check_nan=check_nan):
@@ -251,7 +246,7 @@ def _sort_path(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: s
 def _sort_path_dense(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, sums: RankingSums) -> None:
     # Whole-matrix formulation without host syncs, for devices other than the CPU.
     num_samples, num_classes = preds.shape
-    rows = _chunk_rows(num_classes)
+    rows = _block_rows(num_classes, preds.device)
     position = torch.arange(num_classes, device=preds.device)
     for start in range(0, num_samples, rows):
         stop = min(start + rows, num_samples)

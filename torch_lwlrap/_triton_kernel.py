@@ -227,20 +227,9 @@ def ranking_sums_triton(
     """
     if triton is None:
         raise RuntimeError("The triton engine needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
-    check_kernel_args("triton", preds, positive, known, ties)
+    sums = (class_precision_sum, class_label_count, sample_precision_sum, sample_label_count, sample_known_count)
+    check_kernel_args("triton", preds, positive, known, sums, ties)
     num_samples, num_classes = preds.shape
-    for name, value, size, dtype in (
-        ("class_precision_sum", class_precision_sum, num_classes, torch.float64),
-        ("class_label_count", class_label_count, num_classes, torch.int64),
-        ("sample_precision_sum", sample_precision_sum, num_samples, torch.float64),
-        ("sample_label_count", sample_label_count, num_samples, torch.int64),
-        ("sample_known_count", sample_known_count, num_samples, torch.int64),
-    ):
-        if value.dtype != dtype or value.shape != (size,) or not value.is_contiguous():
-            raise ValueError(
-                f"Argument `{name}` must be a contiguous {str(dtype)[6:]} tensor of shape ({size},), but got dtype "
-                f"{value.dtype}, shape {tuple(value.shape)} and strides {value.stride()}."
-            )
     if num_samples == 0 or num_classes == 0:
         return
     device = preds.device

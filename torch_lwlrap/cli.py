@@ -62,16 +62,12 @@ class CsvFormatError(ValueError):
 
 @dataclass
 class Truth:
-    r"""Ground truth read from a CSV file (see :func:`read_truth`).
+    """Ground truth read from a CSV file by :func:`read_truth` (whose example reads one).
 
     Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "truth.csv")
-        >>> with open(path, "w") as file:
-        ...     _ = file.write('fname,labels\na.wav,"Bark,Dog"\nb.wav,Cat\n')
-        >>> truth = read_truth(path)
-        >>> truth.layout, truth.fnames, truth.labels, truth.lines
-        ('challenge', ['a.wav', 'b.wav'], [['Bark', 'Dog'], ['Cat']], [2, 3])
+        >>> truth = Truth(["a.wav", "b.wav"], [["Bark", "Dog"], []], None, "challenge", "truth.csv", [2, 3])
+        >>> sum(len(labels) for labels in truth.labels)  # positive labels
+        2
 
     Attributes:
         fnames: the ``fname`` of each row, in file order.
@@ -93,16 +89,12 @@ class Truth:
 
 @dataclass
 class Predictions:
-    r"""Scores read from a submission CSV file (see :func:`read_predictions`).
+    """Scores read from a submission CSV file by :func:`read_predictions` (whose example reads one).
 
     Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "submission.csv")
-        >>> with open(path, "w") as file:
-        ...     _ = file.write("fname,Bark,Cat\na.wav,0.9,0.1\nb.wav,-2.5,inf\n")
-        >>> predictions = read_predictions(path)
-        >>> predictions.classes, predictions.scores.tolist()
-        (['Bark', 'Cat'], [[0.9, 0.1], [-2.5, inf]])
+        >>> predictions = Predictions(["a.wav"], ["Bark", "Cat"], np.array([[0.9, -2.5]]), "submission.csv")
+        >>> dict(zip(predictions.classes, predictions.scores[0].tolist()))
+        {'Bark': 0.9, 'Cat': -2.5}
 
     Attributes:
         fnames: the ``fname`` of each row, in file order.
