@@ -475,7 +475,8 @@ def machine_metadata(devices: Sequence[str]) -> Dict:
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=str(REPO_ROOT), check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            # the results folder itself does not count: a sweep replaces the files there
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"],
             capture_output=True, text=True, cwd=str(REPO_ROOT), check=True,
         ).stdout.strip()
         meta["git_commit"] = commit
