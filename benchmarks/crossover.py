@@ -58,6 +58,7 @@ def torch_paths(sizes: Sequence[tuple], densities: Sequence[float], device: str,
 def numba_rows(sizes: Sequence[tuple], densities: Sequence[float], min_run_time: float) -> List[Dict]:
     """Seconds of the numba kernel with every row counted and with every row sorted; the ratio."""
     from torch_lwlrap import _numba_kernel
+    from torch_lwlrap._ranking import RankingSums
 
     rows = []
     for num_samples, num_classes in sizes:
@@ -67,13 +68,7 @@ def numba_rows(sizes: Sequence[tuple], densities: Sequence[float], min_run_time:
             for name, sort_above in (("count", num_classes), ("sort", 0)):
 
                 def call(sort_above=sort_above):
-                    sums = (
-                        torch.zeros(num_classes, dtype=torch.float64),
-                        torch.zeros(num_classes, dtype=torch.int64),
-                        torch.zeros(num_samples, dtype=torch.float64),
-                        torch.zeros(num_samples, dtype=torch.int64),
-                        torch.zeros(num_samples, dtype=torch.int64),
-                    )
+                    sums = RankingSums.for_kernel(num_samples, num_classes)
                     _numba_kernel.ranking_sums_numba(preds, target, None, *sums, sort_above=sort_above)
 
                 times[name] = time_fast(call, min_run_time)

@@ -16,7 +16,8 @@ It prints its tables and writes ``results.json`` and ``results.md`` under ``--ou
    N = 100k, C = 10000 and a dense case (30% positives): median time over repeats (CUDA events), peak device memory
    beyond the inputs, the floor of reading the inputs once, and the largest difference of per-class sums between
    paths;
-4. a sweep of the Triton kernel's tile parameters at N = 1M, C = 527 and C = 80 (``--no-sweep`` skips it).
+4. a sweep of the Triton kernel's tile parameters (rows per tile, warps, prefetch of the next tile) at N = 1M,
+   C = 527 and C = 80, with each variant's registers and spills (``--no-sweep`` skips it).
 
 The exit status is 1 when a correctness or sync check fails.
 
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 from tests.reference import exact_sums as reference_exact_sums  # noqa: E402
 from torch_lwlrap import MultilabelLWLRAP  # noqa: E402
 from torch_lwlrap import _triton_kernel as kernel  # noqa: E402
-from torch_lwlrap._ranking import ranking_sums, use_engine  # noqa: E402
+from torch_lwlrap._ranking import RankingSums, ranking_sums, use_engine  # noqa: E402
 
 PATHS = ("sort", "count", "triton")
 
@@ -109,12 +110,7 @@ def sparse_target(num_samples, num_classes, device, low=1, high=3, generator=Non
 def path_sums(path, preds, positive, known, ties, **tuning):
     """(class sums, sample sums) of one engine path; ``tuning`` goes to the Triton kernel directly."""
     if path == "triton" and tuning:
-        num_samples, num_classes = preds.shape
-        sums = [torch.zeros(num_classes, dtype=torch.float64, device=preds.device),
-                torch.zeros(num_classes, dtype=torch.int64, device=preds.device),
-                torch.zeros(num_samples, dtype=torch.float64, device=preds.device),
-                torch.zeros(num_samples, dtype=torch.int64, device=preds.device),
-                torch.zeros(num_samples, dtype=torch.int64, device=preds.device)]
+        sums = RankingSums.for_kernel(*preds.shape, preds.device)
         kernel.ranking_sums_triton(preds, positive, known, *sums, ties=ties, **tuning)
         return sums[0], sums[2]
     with use_engine(path):
@@ -361,23 +357,34 @@ def sweep(device, tiny):
         preds = torch.rand(n, c, device=device, generator=g)
         target = sparse_target(n, c, device, generator=g)
         block_cols = max(16, 1 << (c - 1).bit_length())
-        block_rows_options = [r for r in (1, 2, 4, 8, 16) if 512 <= r * block_cols <= 4096 or tiny]
+        block_rows_options = [r for r in (1, 2, 4, 8, 16) if 128 <= r * block_cols <= 4096 or tiny]
+        arch = 10 * torch.cuda.get_device_capability(device)[0] + torch.cuda.get_device_capability(device)[1] \
+            if device.type == "cuda" else None
         for block_rows in block_rows_options[:2] if tiny else block_rows_options:
-            for num_warps in (2, 4) if tiny else (2, 4, 8):
+            for num_warps in (2, 4) if tiny else (1, 2, 4, 8):
                 if num_warps * 32 > block_rows * block_cols:
                     continue
-                tuning = dict(block_rows=block_rows, num_warps=num_warps)
-                entry = dict(case=f"N={n} C={c}", block_rows=block_rows, num_warps=num_warps)
-                try:
-                    fn = lambda: path_sums("triton", preds, target, None, "max", **tuning)  # noqa: E731
-                    entry["ms"] = time_call(fn, device, max_repeats=10, budget_s=0.2) * 1e3
-                except Exception as error:
-                    entry["error"] = f"{type(error).__name__}: {error}"
-                rows.append(entry)
+                for prefetch in (False, True):
+                    tuning = dict(block_rows=block_rows, num_warps=num_warps, prefetch=prefetch)
+                    entry = dict(case=f"N={n} C={c}", **tuning)
+                    try:
+                        fn = lambda: path_sums("triton", preds, target, None, "max", **tuning)  # noqa: E731
+                        entry["ms"] = time_call(fn, device, max_repeats=10, budget_s=0.2) * 1e3
+                        if arch is not None:
+                            compiled = kernel.compile_for(arch, preds, target, None, **tuning)
+                            entry["registers"] = compiled.registers
+                            entry["spills"] = compiled.spill_stores
+                    except Exception as error:
+                        entry["error"] = f"{type(error).__name__}: {error}"
+                    rows.append(entry)
         default = kernel.launch_config(n, c, max_programs=1)
         for entry in rows:
             if entry["case"] == f"N={n} C={c}":
-                entry["default"] = entry["block_rows"] == default.block_rows and entry["num_warps"] == default.num_warps
+                entry["default"] = (entry["block_rows"], entry["num_warps"], entry["prefetch"]) == (
+                    default.block_rows,
+                    default.num_warps,
+                    kernel.PREFETCH,
+                )
         del preds, target
     return rows
 
@@ -442,7 +449,8 @@ def main(argv=None):
                                                  "extra_vs_input", "class_rel_diff_vs_sort", "copy_GBps", "error"]))
     if "sweep" in report:
         md.append("\n## Triton tile sweep\n")
-        md.append(markdown_table(report["sweep"], ["case", "block_rows", "num_warps", "ms", "default", "error"]))
+        columns = ["case", "block_rows", "num_warps", "prefetch", "ms", "registers", "spills", "default", "error"]
+        md.append(markdown_table(report["sweep"], columns))
     md.append(f"\nTotal: {report['seconds']:.0f} s; failures: {len(failures)}\n")
     text = "\n".join(md)
     (out / "results.md").write_text(text)

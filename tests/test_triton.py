@@ -99,10 +99,11 @@ def test_random_tied_scores(dtype, ties, ignore_index, num_classes):
 @needs_kernel
 @pytest.mark.parametrize("ties", ["max", "index"])
 @pytest.mark.parametrize("ignore_index", [None, -1])
-def test_several_row_blocks_and_wider_rows(ties, ignore_index):
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_several_row_blocks_and_wider_rows(ties, ignore_index, prefetch):
     # 33 columns: tiles of 16 rows x 64 columns, two row blocks, about 10 positives per row
     preds, target = make_case(7, 24, 33, ignore_index=ignore_index, levels=6)
-    check_against_references(preds, target, ties, ignore_index)
+    check_against_references(preds, target, ties, ignore_index, prefetch=prefetch)
 
 
 @needs_kernel
@@ -201,6 +202,9 @@ def test_tuning_parameters_do_not_change_results():
         dict(num_programs=1),
         dict(num_programs=3),
         dict(max_block=16, tile=16, num_programs=2, num_warps=1),
+        dict(prefetch=False),
+        dict(prefetch=True, block_rows=2, num_programs=4),  # several blocks per program: the last prefetch is empty
+        dict(prefetch=False, block_rows=2, num_programs=4),
     ):
         got_class, got_sample = kernel_sums(preds, target, "max", **tuning)
         torch.testing.assert_close(got_class, want_class, **TOL, msg=lambda m: f"{tuning}: {m}")

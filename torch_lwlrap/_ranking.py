@@ -60,6 +60,18 @@ class RankingSums(NamedTuple):
     sample_label_count: Tensor  #: (N,) int64, positives per sample
     sample_known_count: Tensor  #: (N,) int64, labels per sample that are not ignored
 
+    @classmethod
+    def for_kernel(cls, num_samples: int, num_classes: int, device=None) -> "RankingSums":
+        """Outputs for a compiled kernel: class sums zeroed (kernels add to them), per-sample ones uninitialized
+        (kernels overwrite them)."""
+        return cls(
+            torch.zeros(num_classes, dtype=torch.float64, device=device),
+            torch.zeros(num_classes, dtype=torch.int64, device=device),
+            torch.empty(num_samples, dtype=torch.float64, device=device),
+            torch.empty(num_samples, dtype=torch.int64, device=device),
+            torch.empty(num_samples, dtype=torch.int64, device=device),
+        )
+
 
 def get_engine() -> str:
     """The engine in use: ``"auto"`` (the default) or a forced path (see :data:`ENGINES`)."""
@@ -127,13 +139,7 @@ def ranking_sums(
         raise ScoresContainNaN("`preds` contains NaN.")
     if kernel is not None:
         # A compiled path counts the labels in the same pass as the ranks, and writes every per-sample output.
-        sums = RankingSums(
-            torch.zeros(num_classes, dtype=torch.float64, device=device),
-            torch.zeros(num_classes, dtype=torch.int64, device=device),
-            torch.empty(num_samples, dtype=torch.float64, device=device),
-            torch.empty(num_samples, dtype=torch.int64, device=device),
-            torch.empty(num_samples, dtype=torch.int64, device=device),
-        )
+        sums = RankingSums.for_kernel(num_samples, num_classes, device)
         if name == "numba":
             if kernel(preds, positive, known, *sums, ties=ties, check_nan=check_nan):
                 raise ScoresContainNaN("`preds` contains NaN.")

@@ -6,7 +6,8 @@ when Triton is importable (``pip install torch-lwlrap[gpu]``). It computes the s
 
 * Each program owns blocks of rows (a persistent grid: about as many programs as the GPU keeps resident, each
   striding over the row blocks). A block of ``BLOCK_R`` rows is read once from global memory into registers, with
-  ``BLOCK_C`` the next power of two ``>= C``.
+  ``BLOCK_C`` the next power of two ``>= C``; the loads of a program's next block are issued before the current
+  block is ranked (:data:`PREFETCH`), so two blocks per program are in flight.
 * While a row has an unprocessed positive label, the lowest such column ``j`` and its score ``s_j`` are found by
   one masked minimum over a 64-bit key (the column in the high 32 bits, the float32 bits of the score in the low
   ones; float64 scores take a minimum over columns and a maximum over scores instead). Then one reduction over the
@@ -22,17 +23,21 @@ when Triton is importable (``pip install torch-lwlrap[gpu]``). It computes the s
   reinterpreted, not copied). Any strides are accepted: no copy is made of non-contiguous inputs.
 
 The label counts (per class, per sample, and known labels per sample) come from the same read of the targets.
-Per-sample sums and counts are stored by the program that owns the row. Per-class sums are accumulated in registers by each
-program and written to a ``(programs, C)`` float64 workspace (the tiled kernel adds each tile's sums to the
-program's own workspace row, each column always from the same thread), then summed over programs by torch: no float
-atomics between programs, so the result is the same on every run on the same GPU. The grid, hence the summation
+Per-sample sums and counts are stored by the program that owns the row. Per-class sums are accumulated in
+registers by each program and written to a ``(programs, C)`` float64 workspace (the tiled kernel adds each tile's
+sums to the program's own workspace row, each column always from the same thread), then summed over programs by
+torch: no atomics, so the result is the same on every run on the same GPU. The grid, hence the summation
 order, depends on the GPU's multiprocessor count: other GPUs, or other paths, may differ in the last bits (about
 1e-16 relative). The workspace holds at most ``N / 16`` rows of ``C`` float64, a small fraction of the inputs' size.
 
 Launch parameters depend only on the shapes, so the path makes no host-device synchronization.
 
-For development without a GPU, Triton's interpreter (``TRITON_INTERPRET=1`` in the environment before Triton is first
-imported) runs the same kernels on CPU tensors; :func:`is_available` then reports CPU tensors as supported.
+The kernels run on NVIDIA GPUs of compute capability 7.0 (Volta) or newer; older ones rank with the torch paths.
+
+For development without a GPU, Triton's interpreter (``TRITON_INTERPRET=1`` in the environment before Triton is
+first imported) runs the same kernels on CPU tensors; :func:`is_available` then reports CPU tensors as supported.
+And :func:`compile_for` compiles, on any machine, the kernel a launch would run to machine code for a given GPU
+generation, reporting its registers and spills (``tests/test_triton_compile.py``).
 """
 
 from __future__ import annotations
@@ -52,8 +57,12 @@ except Exception:  # pragma: no cover - depends on the installation
     triton = None
     tl = None
 
-#: Largest ``BLOCK_C`` (power of two) ranked as one register tile per row; wider rows use the tiled kernel.
-MAX_BLOCK = 8192
+#: Oldest GPU the kernel runs on (compute capability): the Volta generation, as for PyTorch's own Triton kernels.
+MIN_CAPABILITY = (7, 0)
+
+#: Largest ``BLOCK_C`` (power of two) ranked as one register tile per row; wider rows use the tiled kernel. (A tile
+#: of 8192 scores spills registers on sm_90: ``tests/test_triton_compile.py`` checks the default tiles do not.)
+MAX_BLOCK = 4096
 
 #: Columns per tile in the tiled kernel (rows wider than :data:`MAX_BLOCK`).
 TILE = 2048
@@ -67,6 +76,12 @@ ELEMENTS_PER_THREAD = 8
 #: At most one program per this many rows, so the class-sum workspace stays small next to the inputs.
 ROWS_PER_PROGRAM_MIN = 16
 
+
+#: Whether the rows kernel loads a program's next row block before ranking the current one (the default of the
+#: ``prefetch`` tuning argument): two blocks in flight per program instead of one. On sm_90 it costs the default
+#: tiles of 527 and 80 columns 2 and 18 registers, with no fewer programs resident. Both variants are exact;
+#: ``benchmarks/gpu_check.py`` times both.
+PREFETCH = True
 
 #: The packed counts hold ``rank`` in the low 16 bits and ``hits`` above: tiles of at most this many columns.
 _PACK_LIMIT = 16384
@@ -145,9 +160,10 @@ def _grid_size(blocks: int, num_samples: int, max_programs: int) -> int:
 def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
     """Whether the kernel can rank scores on ``device`` (and of ``dtype``, when given).
 
-    True for CUDA devices when Triton is importable; when Triton runs in interpreter mode (``TRITON_INTERPRET=1``
-    set before Triton was imported), CPU tensors instead. The supported score dtypes are float16, bfloat16, float32
-    and float64.
+    True for CUDA devices of compute capability 7.0 or newer when Triton is importable (older GPUs, such as the
+    P100, rank with the torch paths, as PyTorch's own Triton code requires the same); when Triton runs in
+    interpreter mode (``TRITON_INTERPRET=1`` set before Triton was imported), CPU tensors instead. The supported
+    score dtypes are float16, bfloat16, float32 and float64.
 
     Example:
         >>> import torch
@@ -161,7 +177,9 @@ def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
     device = torch.device(device)
     if _INTERPRETED:
         return device.type == "cpu"
-    return device.type == "cuda" and torch.cuda.is_available()
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
 
 
 def _max_programs(device: torch.device, num_warps: int) -> int:
@@ -187,6 +205,7 @@ def ranking_sums_triton(
     tile: int = TILE,
     num_warps: Optional[int] = None,
     num_programs: Optional[int] = None,
+    prefetch: Optional[bool] = None,
 ) -> None:
     """Add a batch's per-class sums to the ``class_*`` tensors and store its per-sample sums in the ``sample_*`` ones.
 
@@ -207,6 +226,7 @@ def ranking_sums_triton(
         tile: columns per tile for wide rows; tuning and tests only.
         num_warps: warps per program, instead of :func:`launch_config`'s; tuning only.
         num_programs: programs launched, instead of the default persistent grid; tuning and tests only.
+        prefetch: whether the rows kernel loads the next row block ahead (default :data:`PREFETCH`); tuning only.
 
     Example:
         The engine's ``"triton"`` path calls this function where the kernel can run, and ranks with the torch
@@ -225,13 +245,49 @@ def ranking_sums_triton(
         >>> sums.sample_precision_sum.tolist()  # row 0: 2/3 + 1/2; row 1: 1/1 + 2/2
         [1.1666666666666665, 2.0]
     """
+    launch = _prepare_launch(
+        preds,
+        positive,
+        known,
+        (class_precision_sum, class_label_count, sample_precision_sum, sample_label_count, sample_known_count),
+        ties=ties,
+        block_rows=block_rows,
+        max_block=max_block,
+        tile=tile,
+        num_warps=num_warps,
+        num_programs=num_programs,
+        prefetch=prefetch,
+    )
+    if launch is None:
+        return
+    with torch.cuda.device(preds.device) if preds.device.type == "cuda" else contextlib.nullcontext():
+        launch.kernel[(launch.grid,)](*launch.args, **launch.constexprs, num_warps=launch.num_warps)
+    class_precision_sum.add_(launch.workspace.sum(0))
+    class_label_count.add_(launch.count_workspace.sum(0))
+
+
+class _Launch(NamedTuple):
+    """One launch of a kernel: what :func:`ranking_sums_triton` runs and :func:`compile_for` compiles."""
+
+    kernel: object  #: ``_rows_kernel`` or ``_tiled_kernel``
+    grid: int  #: programs
+    args: tuple  #: the kernel's run-time arguments, in order
+    constexprs: dict  #: its compile-time arguments
+    num_warps: int
+    workspace: Tensor  #: ``(grid, C)`` float64 per-program class sums
+    count_workspace: Tensor  #: ``(grid, C)`` int64 per-program label counts
+
+
+def _prepare_launch(
+    preds, positive, known, sums, *, ties, block_rows, max_block, tile, num_warps, num_programs, prefetch=None
+):
+    """Check the arguments and build the launch; None when the batch is empty."""
     if triton is None:
         raise RuntimeError("The triton engine needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
-    sums = (class_precision_sum, class_label_count, sample_precision_sum, sample_label_count, sample_known_count)
     check_kernel_args("triton", preds, positive, known, sums, ties)
     num_samples, num_classes = preds.shape
     if num_samples == 0 or num_classes == 0:
-        return
+        return None
     device = preds.device
     config = launch_config(
         num_samples, num_classes, max_programs=1 << 30, block_rows=block_rows, max_block=max_block, tile=tile
@@ -245,6 +301,7 @@ def ranking_sums_triton(
     new_workspace = torch.zeros if config.tiled else torch.empty
     workspace = new_workspace((grid, num_classes), dtype=torch.float64, device=device)
     count_workspace = new_workspace((grid, num_classes), dtype=torch.int64, device=device)
+    _, _, sample_precision_sum, sample_label_count, sample_known_count = sums
     args = (
         preds,
         targets,
@@ -263,29 +320,200 @@ def ranking_sums_triton(
         knowns.stride(0),
         knowns.stride(1),
     )
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-        if config.tiled:
-            _tiled_kernel[(grid,)](
-                *args,
-                HAS_KNOWN=has_known,
-                TIES_INDEX=ties == "index",
-                TILE=config.block_cols,
-                num_warps=config.num_warps,
-            )
+    constexprs = dict(HAS_KNOWN=has_known, TIES_INDEX=ties == "index")
+    if config.tiled:
+        constexprs["TILE"] = config.block_cols
+        return _Launch(_tiled_kernel, grid, args, constexprs, config.num_warps, workspace, count_workspace)
+    constexprs.update(
+        BLOCK_R=config.block_rows, BLOCK_C=config.block_cols, PREFETCH=PREFETCH if prefetch is None else prefetch
+    )
+    return _Launch(_rows_kernel, grid, args, constexprs, config.num_warps, workspace, count_workspace)
+
+
+_POINTER_TYPES = {
+    torch.float16: "*fp16",
+    torch.bfloat16: "*bf16",
+    torch.float32: "*fp32",
+    torch.float64: "*fp64",
+    torch.uint8: "*u8",
+    torch.int64: "*i64",
+}
+
+
+class CompiledLaunch(NamedTuple):
+    """A kernel compiled ahead of time by :func:`compile_for`, and what its machine code uses."""
+
+    kernel_name: str  #: ``"_rows_kernel"`` or ``"_tiled_kernel"``
+    constexprs: dict  #: the compile-time arguments, as the launch gives them
+    num_warps: int
+    arch: int  #: the compute capability compiled for, e.g. 90
+    registers: int  #: registers per thread
+    stack_bytes: int  #: bytes of stack frame per thread
+    spill_stores: int  #: bytes of registers spilled to local memory per thread (0: the kernel does not spill)
+    spill_loads: int  #: bytes loaded back from those spills
+    cubin: bytes  #: the machine code
+
+
+def compile_for(
+    arch: int,
+    preds: Tensor,
+    positive: Tensor,
+    known: Optional[Tensor] = None,
+    *,
+    ties: str = "max",
+    block_rows: Optional[int] = None,
+    max_block: int = MAX_BLOCK,
+    tile: int = TILE,
+    num_warps: Optional[int] = None,
+    prefetch: Optional[bool] = None,
+) -> CompiledLaunch:
+    """Compile, without a GPU, the kernel that :func:`ranking_sums_triton` would launch for these inputs.
+
+    The inputs may be CPU tensors: only their dtypes, shapes, strides and alignment matter (nothing is copied). The kernel is compiled
+    to machine code (``cubin``) for the NVIDIA GPU of compute capability ``arch`` (90 for the H100 and H200, 80
+    for the A100) with the same compile-time arguments and argument specializations as a launch on a GPU (a
+    stride of 1 is a constant; pointers and values that are multiples of 16 are marked so). This is how the
+    kernels are checked to compile, and their register use read, where no GPU is at hand; it needs Triton's
+    NVIDIA back end (its ``ptxas`` and ``cuobjdump``), which the Triton wheels ship.
+
+    Args:
+        arch: compute capability times ten, e.g. 90.
+        preds, positive, known, ties: as for :func:`ranking_sums_triton`.
+        block_rows, max_block, tile, num_warps, prefetch: tuning, as for :func:`ranking_sums_triton`.
+
+    Returns:
+        A :class:`CompiledLaunch`.
+    """
+    if triton is None:
+        raise RuntimeError("Compiling the kernels needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
+    if _INTERPRETED:
+        raise RuntimeError("The kernels cannot be compiled while Triton runs as an interpreter (TRITON_INTERPRET=1).")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from torch_lwlrap._ranking import RankingSums
+
+    launch = _prepare_launch(
+        preds,
+        positive,
+        known,
+        RankingSums.for_kernel(*preds.shape, preds.device),
+        ties=ties,
+        block_rows=block_rows,
+        max_block=max_block,
+        tile=tile,
+        num_warps=num_warps,
+        num_programs=1,
+        prefetch=prefetch,
+    )
+    if launch is None:
+        raise ValueError(f"Nothing to compile for an empty batch of shape {tuple(preds.shape)}.")
+    kernel = launch.kernel
+    signature, constexprs, attrs = _specialization(launch)
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": launch.num_warps})
+    return CompiledLaunch(
+        kernel.__name__,
+        dict(launch.constexprs),
+        launch.num_warps,
+        arch,
+        **_ptxas_report(compiled.asm["ptx"], arch),
+        cubin=compiled.asm["cubin"],
+    )
+
+
+def _specialization(launch: _Launch):
+    """The signature, constants and attributes Triton derives from a launch's arguments, as a GPU launch would.
+
+    The rules of Triton's launcher (and its ahead-of-time compiler): a tensor is a pointer to its dtype, marked
+    divisible by 16 when its address is; an integer is ``i32`` (``i64`` beyond 32 bits), a constant when it is 1,
+    marked divisible by 16 when it is; parameters declared ``do_not_specialize`` are neither.
+    """
+    kernel = launch.kernel
+    signature, constexprs, attrs = {}, dict(launch.constexprs), {}
+    for index, (param, value) in enumerate(zip(kernel.params, launch.args)):
+        name = param.name
+        if isinstance(value, Tensor):
+            signature[name] = _POINTER_TYPES[value.dtype]
+            divisible = value.data_ptr() % 16 == 0
         else:
-            _rows_kernel[(grid,)](
-                *args,
-                HAS_KNOWN=has_known,
-                TIES_INDEX=ties == "index",
-                BLOCK_R=config.block_rows,
-                BLOCK_C=config.block_cols,
-                num_warps=config.num_warps,
-            )
-    class_precision_sum.add_(workspace.sum(0))
-    class_label_count.add_(count_workspace.sum(0))
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if param.do_not_specialize:
+                continue
+            if value == 1:
+                signature[name] = "constexpr"
+                constexprs[name] = 1
+                continue
+            divisible = value % 16 == 0
+        if divisible:
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    signature.update({name: "constexpr" for name in launch.constexprs})
+    return signature, constexprs, attrs
+
+
+def _ptxas_report(ptx: str, arch: int) -> dict:
+    """Registers, spills and stack of the one function in ``ptx``, as ``ptxas -v`` reports them for ``arch``."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "kernel.ptx")
+        with open(source, "w") as file:
+            file.write(ptx)
+        command = [get_ptxas(arch).path, "-v", f"--gpu-name={sm_arch_from_capability(arch)}", source]
+        report = subprocess.run(command + ["-o", source + ".o"], capture_output=True, text=True, check=True).stderr
+    patterns = {
+        "registers": r"Used (\d+) registers",
+        "stack_bytes": r"(\d+) bytes stack frame",
+        "spill_stores": r"(\d+) bytes spill stores",
+        "spill_loads": r"(\d+) bytes spill loads",
+    }
+    found = {key: re.findall(pattern, report) for key, pattern in patterns.items()}
+    if any(len(values) != 1 for values in found.values()):
+        raise RuntimeError(f"Unexpected report of ptxas, expected one function:\n{report}")
+    return {key: int(values[0]) for key, values in found.items()}
 
 
 if triton is not None:
+
+    @triton.jit
+    def _load_block(
+        preds_ptr,
+        pos_ptr,
+        known_ptr,
+        block,
+        N,
+        C,
+        stride_pr,
+        stride_pc,
+        stride_tr,
+        stride_tc,
+        stride_kr,
+        stride_kc,
+        HAS_KNOWN: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        BLOCK_C: tl.constexpr,
+    ):
+        """Scores (float32, or float64), positive bytes and the known mask of row block ``block`` (past the end:
+        nothing known)."""
+        rows = block.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = tl.arange(0, BLOCK_C)
+        inside = (rows < N)[:, None] & (cols < C)[None, :]
+        wide_cols = cols[None, :].to(tl.int64)  # 64-bit offsets: strides of transposed inputs can be large
+        scores = tl.load(preds_ptr + rows[:, None] * stride_pr + wide_cols * stride_pc, mask=inside, other=0)
+        if scores.dtype != tl.float64:
+            scores = scores.to(tl.float32)  # exact for float16 and bfloat16: order and ties are kept
+        positive = tl.load(pos_ptr + rows[:, None] * stride_tr + wide_cols * stride_tc, mask=inside, other=0)
+        if HAS_KNOWN:
+            kn = tl.load(known_ptr + rows[:, None] * stride_kr + wide_cols * stride_kc, mask=inside, other=0)
+            known = inside & (kn != 0)
+        else:
+            known = inside
+        return scores, positive, known
 
     @triton.jit(do_not_specialize=["N"])
     def _rows_kernel(
@@ -309,8 +537,13 @@ if triton is not None:
         TIES_INDEX: tl.constexpr,
         BLOCK_R: tl.constexpr,
         BLOCK_C: tl.constexpr,
+        PREFETCH: tl.constexpr,
     ):
-        """Rows that fit one register tile: ``BLOCK_R`` rows of ``BLOCK_C >= C`` columns per step."""
+        """Rows that fit one register tile: ``BLOCK_R`` rows of ``BLOCK_C >= C`` columns per step.
+
+        With ``PREFETCH``, the loads of a program's next row block are issued before the current block is ranked,
+        so that their latency overlaps the ranking (more registers, two blocks in flight per program).
+        """
         pid = tl.program_id(0)
         num_programs = tl.num_programs(0)
         cols = tl.arange(0, BLOCK_C)
@@ -319,20 +552,25 @@ if triton is not None:
         count_acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.int32)
         num_blocks = tl.cdiv(N, BLOCK_R)
         block = pid
+        if PREFETCH:
+            next_scores, next_positive, next_known = _load_block(
+                preds_ptr, pos_ptr, known_ptr, block, N, C, stride_pr, stride_pc, stride_tr, stride_tc, stride_kr,
+                stride_kc, HAS_KNOWN, BLOCK_R, BLOCK_C,
+            )  # fmt: skip
         while block < num_blocks:
             rows = block.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
             row_ok = rows < N
-            inside = row_ok[:, None] & col_ok[None, :]
-            wide_cols = cols[None, :].to(tl.int64)  # 64-bit offsets: strides of transposed inputs can be large
-            scores = tl.load(preds_ptr + rows[:, None] * stride_pr + wide_cols * stride_pc, mask=inside, other=0)
-            if scores.dtype != tl.float64:
-                scores = scores.to(tl.float32)  # exact for float16 and bfloat16: order and ties are kept
-            positive = tl.load(pos_ptr + rows[:, None] * stride_tr + wide_cols * stride_tc, mask=inside, other=0)
-            if HAS_KNOWN:
-                kn = tl.load(known_ptr + rows[:, None] * stride_kr + wide_cols * stride_kc, mask=inside, other=0)
-                known = inside & (kn != 0)
+            if PREFETCH:
+                scores, positive, known = next_scores, next_positive, next_known
+                next_scores, next_positive, next_known = _load_block(
+                    preds_ptr, pos_ptr, known_ptr, block + num_programs, N, C, stride_pr, stride_pc, stride_tr,
+                    stride_tc, stride_kr, stride_kc, HAS_KNOWN, BLOCK_R, BLOCK_C,
+                )  # fmt: skip
             else:
-                known = inside
+                scores, positive, known = _load_block(
+                    preds_ptr, pos_ptr, known_ptr, block, N, C, stride_pr, stride_pc, stride_tr, stride_tc,
+                    stride_kr, stride_kc, HAS_KNOWN, BLOCK_R, BLOCK_C,
+                )  # fmt: skip
             # One reduction counts both: 1 per known label ahead (rank), 65536 per positive ahead (hits).
             weight = tl.where(known, 1, 0) + tl.where(known & (positive != 0), 65536, 0)
             count_acc += weight >> 16
@@ -465,9 +703,12 @@ if triton is not None:
                     class_acc += tl.where(selected, precision, 0.0)
                     last = pick
                 sample_sum += tl.sum(class_acc, axis=0)
-                # Only this program writes this workspace row, each column from one lane: the order is fixed.
-                tl.atomic_add(ws_ptr + pid.to(tl.int64) * C + cols, class_acc, mask=positive)
-                tl.atomic_add(ws_count_ptr + pid.to(tl.int64) * C + cols, positive.to(tl.int64), mask=positive)
+                # Only this program touches its workspace row, and each column always from the same thread (the
+                # same lane of the same tile layout): a plain read-modify-write, no atomics, a fixed order.
+                ws_row = ws_ptr + pid.to(tl.int64) * C + cols
+                tl.store(ws_row, tl.load(ws_row, mask=positive, other=0.0) + class_acc, mask=positive)
+                count_row = ws_count_ptr + pid.to(tl.int64) * C + cols
+                tl.store(count_row, tl.load(count_row, mask=positive, other=0) + 1, mask=positive)
                 start += TILE
             tl.store(sample_ptr + row, sample_sum)
             tl.store(sample_count_ptr + row, sample_count)
