@@ -12,6 +12,7 @@ Run only these tests: ``python -m pytest tests/test_triton_compile.py -q``.
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -114,7 +115,7 @@ def test_benchmarked_kernels_do_not_spill_registers_on_the_h100(num_classes, dty
     preds, positive, known_mask = inputs(1024, num_classes, dtype, known=known)
     compiled = kernel.compile_for(H100, preds, positive, known_mask, ties="max")
     assert (compiled.spill_stores, compiled.spill_loads, compiled.stack_bytes) == (0, 0, 0), compiled._replace(
-        cubin=b"..."
+        cubin=b"...", ptx="..."
     )
 
 
@@ -125,7 +126,7 @@ def test_default_tiles_do_not_spill_registers_on_the_h100(num_classes, known):
     # bytes in some ties="index" and float64 variants, at 80 registers or more: see RESULTS.md.)
     preds, positive, known_mask = inputs(4096, num_classes, known=known)
     compiled = kernel.compile_for(H100, preds, positive, known_mask, ties="max")
-    assert (compiled.spill_stores, compiled.spill_loads) == (0, 0), compiled._replace(cubin=b"...")
+    assert (compiled.spill_stores, compiled.spill_loads) == (0, 0), compiled._replace(cubin=b"...", ptx="...")
 
 
 @pytest.mark.parametrize("prefetch", [False, True])
@@ -133,6 +134,15 @@ def test_both_rows_kernel_variants_compile(prefetch):
     preds, positive, known = inputs(64, 527, known=True)
     compiled = kernel.compile_for(H100, preds, positive, known, ties="index", prefetch=prefetch)
     assert compiled.constexprs["PREFETCH"] is prefetch
+
+
+@pytest.mark.parametrize("num_classes", [527, 10_000], ids=["rows", "tiled"])
+def test_precision_is_one_correctly_rounded_division_and_no_atomics(num_classes):
+    # hits / rank in float64 with IEEE rounding, as on the CPU paths: per-label precisions agree to the bit.
+    # No atomics: the per-class sums are added in a fixed order, so every run on a GPU gives the same bits.
+    compiled = kernel.compile_for(H100, *inputs(64, num_classes, known=True))
+    assert re.findall(r"\b(?:div|rcp)\.[\w.]+", compiled.ptx) == ["div.rn.f64"]
+    assert not re.findall(r"\b(?:atom|red)\.", compiled.ptx)
 
 
 def test_empty_batch_has_nothing_to_compile():

@@ -351,6 +351,7 @@ class CompiledLaunch(NamedTuple):
     stack_bytes: int  #: bytes of stack frame per thread
     spill_stores: int  #: bytes of registers spilled to local memory per thread (0: the kernel does not spill)
     spill_loads: int  #: bytes loaded back from those spills
+    ptx: str  #: the PTX assembly the machine code was built from
     cubin: bytes  #: the machine code
 
 
@@ -418,6 +419,7 @@ def compile_for(
         launch.num_warps,
         arch,
         **_ptxas_report(compiled.asm["ptx"], arch),
+        ptx=compiled.asm["ptx"],
         cubin=compiled.asm["cubin"],
     )
 
