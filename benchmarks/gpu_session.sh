@@ -11,6 +11,7 @@
 #   OUT=/tmp/gpu bash benchmarks/gpu_session.sh
 #
 # Results land in $OUT (default: gpu_session_results/): pytest.log, gpu_check.md/.json, cuda.md/.json/.png.
+# STEPS picks the steps (default "1 2 3"): e.g. STEPS=1 and then STEPS="2 3" split the run in two.
 # The exit status is that of the first step that failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,21 +19,28 @@ out="${OUT:-gpu_session_results}"
 mkdir -p "$out"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 status=0
+steps=" ${STEPS:-1 2 3} "
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 
-echo "== 1. test suite on $(python3 -c 'import torch; print(torch.cuda.get_device_name(0))')"
-python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$out/pytest.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+if [[ "$steps" == *" 1 "* ]]; then
+    echo "== 1. test suite on $(python3 -c 'import torch; print(torch.cuda.get_device_name(0))')"
+    python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$out/pytest.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 
-echo "== 2. gpu_check"
-python3 benchmarks/gpu_check.py --out "$out/gpu_check" || [ "$status" -ne 0 ] || status=2
-for f in results.md results.json; do
-    [ -f "$out/gpu_check/$f" ] && mv "$out/gpu_check/$f" "$out/gpu_check.${f#results.}"
-done
-rmdir "$out/gpu_check" 2>/dev/null
+if [[ "$steps" == *" 2 "* ]]; then
+    echo "== 2. gpu_check"
+    python3 benchmarks/gpu_check.py --out "$out/gpu_check" || [ "$status" -ne 0 ] || status=2
+    for f in results.md results.json; do
+        [ -f "$out/gpu_check/$f" ] && mv "$out/gpu_check/$f" "$out/gpu_check.${f#results.}"
+    done
+    rmdir "$out/gpu_check" 2>/dev/null
+fi
 
-echo "== 3. benchmark sweep on CUDA"
-python3 -m benchmarks --device cuda --tag cuda --out "$out" || [ "$status" -ne 0 ] || status=3
+if [[ "$steps" == *" 3 "* ]]; then
+    echo "== 3. benchmark sweep on CUDA"
+    python3 -m benchmarks --device cuda --tag cuda --out "$out" || [ "$status" -ne 0 ] || status=3
+fi
 
 exit "$status"
