@@ -370,12 +370,12 @@ def compile_for(
 ) -> CompiledLaunch:
     """Compile, without a GPU, the kernel that :func:`ranking_sums_triton` would launch for these inputs.
 
-    The inputs may be CPU tensors: only their dtypes, shapes, strides and alignment matter (nothing is copied). The kernel is compiled
-    to machine code (``cubin``) for the NVIDIA GPU of compute capability ``arch`` (90 for the H100 and H200, 80
-    for the A100) with the same compile-time arguments and argument specializations as a launch on a GPU (a
-    stride of 1 is a constant; pointers and values that are multiples of 16 are marked so). This is how the
-    kernels are checked to compile, and their register use read, where no GPU is at hand; it needs Triton's
-    NVIDIA back end (its ``ptxas`` and ``cuobjdump``), which the Triton wheels ship.
+    The inputs may be CPU tensors: only their dtypes, shapes, strides and alignment matter (nothing is copied).
+    The kernel is compiled to machine code (``cubin``) for the NVIDIA GPU of compute capability ``arch`` (90 for
+    the H100 and H200, 80 for the A100) with the same compile-time arguments and argument specializations as a
+    launch on a GPU (a stride of 1 is a constant; pointers and values that are multiples of 16 are marked so).
+    This is how the kernels are checked to compile, and their registers and spills read, where no GPU is at hand;
+    it needs Triton's NVIDIA back end (LLVM and ``ptxas``), which the Triton wheels ship.
 
     Args:
         arch: compute capability times ten, e.g. 90.
