@@ -16,8 +16,9 @@ It prints its tables and writes ``results.json`` and ``results.md`` under ``--ou
    N = 100k, C = 10000 and a dense case (30% positives): median time over repeats (CUDA events), peak device memory
    beyond the inputs, the floor of reading the inputs once, and the largest difference of per-class sums between
    paths;
-4. a sweep of the Triton kernel's tile parameters (rows per tile, warps, prefetch of the next tile) at N = 1M,
-   C = 527 and C = 80, with each variant's registers and spills (``--no-sweep`` skips it).
+4. a sweep of the Triton kernel's tile parameters (rows per tile, warps, prefetch of the next tile; for the tiled
+   kernel, columns per tile and warps) at N = 1M, C = 527 and C = 80 and N = 100k, C = 10000, with each variant's
+   registers and spills; the default variant comes first (``--no-sweep`` skips it).
 
 The exit status is 1 when a correctness or sync check fails.
 
@@ -347,44 +348,58 @@ def timings(device, tiny):
     return rows
 
 
+def sweep_variants(num_classes, tiny, max_block=kernel.MAX_BLOCK):
+    """The tuning arguments the sweep tries for rows of ``num_classes`` columns, the default first."""
+    default = kernel.launch_config(1 << 20, num_classes, max_programs=1, max_block=max_block)
+    if default.tiled:
+        tiles = (16, 32) if tiny else (1024, 2048, 4096)
+        warps = (2, 4) if tiny else (2, 4, 8, 16)
+        variants = [dict(tile=t, num_warps=w) for t in tiles for w in warps if w * 32 <= t or tiny]
+        first = dict(tile=default.block_cols, num_warps=default.num_warps)
+    else:
+        block_cols = default.block_cols
+        block_rows = [r for r in (1, 2, 4, 8, 16) if 128 <= r * block_cols <= 4096 or tiny][: 2 if tiny else None]
+        variants = [
+            dict(block_rows=r, num_warps=w, prefetch=p)
+            for r in block_rows
+            for w in ((2, 4) if tiny else (1, 2, 4, 8))
+            if w * 32 <= r * block_cols
+            for p in (False, True)
+        ]
+        first = dict(block_rows=default.block_rows, num_warps=default.num_warps, prefetch=kernel.PREFETCH)
+    extra = {} if max_block == kernel.MAX_BLOCK else dict(max_block=max_block)
+    return [dict(v, **extra) for v in [first] + [v for v in variants if v != first]]
+
+
 def sweep(device, tiny):
+    """Each tuning variant of the Triton kernel timed (and, on CUDA, its registers and spills) per case."""
     rows = []
     if not kernel.is_available(device):
         return rows
     g = torch.Generator(device=device).manual_seed(3)
-    sizes = [(32, 20)] if tiny else [(1_000_000, 527), (1_000_000, 80)]
-    for n, c in sizes:
+    # (rows, columns, widest single tile): toy sizes reach the tiled kernel with a small max_block
+    sizes = [(32, 20, kernel.MAX_BLOCK), (8, 40, 16)] if tiny else [(1_000_000, 527, kernel.MAX_BLOCK),
+                                                                     (1_000_000, 80, kernel.MAX_BLOCK),
+                                                                     (100_000, 10_000, kernel.MAX_BLOCK)]
+    arch = None
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        arch = 10 * major + minor
+    for n, c, max_block in sizes:
         preds = torch.rand(n, c, device=device, generator=g)
         target = sparse_target(n, c, device, generator=g)
-        block_cols = max(16, 1 << (c - 1).bit_length())
-        block_rows_options = [r for r in (1, 2, 4, 8, 16) if 128 <= r * block_cols <= 4096 or tiny]
-        arch = 10 * torch.cuda.get_device_capability(device)[0] + torch.cuda.get_device_capability(device)[1] \
-            if device.type == "cuda" else None
-        for block_rows in block_rows_options[:2] if tiny else block_rows_options:
-            for num_warps in (2, 4) if tiny else (1, 2, 4, 8):
-                if num_warps * 32 > block_rows * block_cols:
-                    continue
-                for prefetch in (False, True):
-                    tuning = dict(block_rows=block_rows, num_warps=num_warps, prefetch=prefetch)
-                    entry = dict(case=f"N={n} C={c}", **tuning)
-                    try:
-                        fn = lambda: path_sums("triton", preds, target, None, "max", **tuning)  # noqa: E731
-                        entry["ms"] = time_call(fn, device, max_repeats=10, budget_s=0.2) * 1e3
-                        if arch is not None:
-                            compiled = kernel.compile_for(arch, preds, target, None, **tuning)
-                            entry["registers"] = compiled.registers
-                            entry["spills"] = compiled.spill_stores
-                    except Exception as error:
-                        entry["error"] = f"{type(error).__name__}: {error}"
-                    rows.append(entry)
-        default = kernel.launch_config(n, c, max_programs=1)
-        for entry in rows:
-            if entry["case"] == f"N={n} C={c}":
-                entry["default"] = (entry["block_rows"], entry["num_warps"], entry["prefetch"]) == (
-                    default.block_rows,
-                    default.num_warps,
-                    kernel.PREFETCH,
-                )
+        for index, tuning in enumerate(sweep_variants(c, tiny, max_block)):
+            entry = dict(case=f"N={n} C={c}", default=index == 0, **tuning)
+            try:
+                fn = lambda: path_sums("triton", preds, target, None, "max", **tuning)  # noqa: E731
+                entry["ms"] = time_call(fn, device, max_repeats=10, budget_s=0.2) * 1e3
+                if arch is not None:
+                    compiled = kernel.compile_for(arch, preds, target, None, **tuning)
+                    entry["registers"] = compiled.registers
+                    entry["spills"] = compiled.spill_stores
+            except Exception as error:
+                entry["error"] = f"{type(error).__name__}: {error}"
+            rows.append(entry)
         del preds, target
     return rows
 
@@ -449,7 +464,7 @@ def main(argv=None):
                                                  "extra_vs_input", "class_rel_diff_vs_sort", "copy_GBps", "error"]))
     if "sweep" in report:
         md.append("\n## Triton tile sweep\n")
-        columns = ["case", "block_rows", "num_warps", "prefetch", "ms", "registers", "spills", "default", "error"]
+        columns = ["case", "block_rows", "tile", "num_warps", "prefetch", "ms", "registers", "spills", "default", "error"]
         md.append(markdown_table(report["sweep"], columns))
     md.append(f"\nTotal: {report['seconds']:.0f} s; failures: {len(failures)}\n")
     text = "\n".join(md)
