@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +59,27 @@ def test_crossover_script_runs(tmp_path):
     report = json.loads((tmp_path / "crossover-quick.json").read_text())
     assert report["torch"] and all(row["sort ms"] > 0 and row["count ms"] > 0 for row in report["torch"])
     assert "count / sort" in (tmp_path / "crossover-quick.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (its interpreter)")
+def test_gpu_check_script_runs_in_the_interpreter(tmp_path):
+    # The GPU session's checking script, at toy sizes in Triton's interpreter: its sections run, every path agrees
+    # with the exact sums, and the sweep reaches both kernels.
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--tiny", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert report["environment"]["triton_available"]
+    assert report["correctness"] and all(row["ok"] for row in report["correctness"])
+    assert {row["path"] for row in report["correctness"]} == {"sort", "count", "triton"}
+    assert report["timings"] and not any("error" in row for row in report["timings"])
+    sweep = report["sweep"]
+    assert sweep and not any("error" in row for row in sweep) and all(row["ms"] > 0 for row in sweep)
+    assert any("tile" in row for row in sweep) and any("block_rows" in row for row in sweep)
+    assert sum(row["default"] for row in sweep) == 2  # one default per case
+    assert "## Triton tile sweep" in (tmp_path / "results.md").read_text()
 
 
 def test_generated_inputs_follow_their_description():
