@@ -147,6 +147,13 @@ def special_rows_case():
     return preds, target
 
 
+def check_special_row_sums(sample_sums, ties):
+    """Assert the per-sample sums of :func:`special_rows_case` equal :data:`SPECIAL_ROW_SUMS`."""
+    for row, want in SPECIAL_ROW_SUMS[ties].items():
+        got = sample_sums[row].item()
+        assert abs(got - want) <= 1e-15, f"row {row}, ties={ties!r}: {got} != {want}"
+
+
 def exact_sums(preds, target, ties, ignore_index=None):
     """(class sums, sample sums) as float64 tensors, from the naive per-label precisions in exact fractions."""
     scores_rows = preds.double().cpu().tolist()

@@ -151,18 +151,7 @@ def test_empty_batch_has_nothing_to_compile():
 
 
 def _launch(preds, positive, known, ties="max"):
-    return kernel._prepare_launch(
-        preds,
-        positive,
-        known,
-        RankingSums.for_kernel(*preds.shape),
-        ties=ties,
-        block_rows=None,
-        max_block=kernel.MAX_BLOCK,
-        tile=kernel.TILE,
-        num_warps=None,
-        num_programs=1,
-    )
+    return kernel._prepare_launch(preds, positive, known, RankingSums.for_kernel(*preds.shape), ties=ties)
 
 
 @pytest.mark.parametrize(

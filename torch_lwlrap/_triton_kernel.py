@@ -279,9 +279,20 @@ class _Launch(NamedTuple):
 
 
 def _prepare_launch(
-    preds, positive, known, sums, *, ties, block_rows, max_block, tile, num_warps, num_programs, prefetch=None
+    preds,
+    positive,
+    known,
+    sums,
+    *,
+    ties,
+    block_rows=None,
+    max_block=MAX_BLOCK,
+    tile=TILE,
+    num_warps=None,
+    num_programs=None,
+    prefetch=None,
 ):
-    """Check the arguments and build the launch; None when the batch is empty."""
+    """Check the arguments and build the launch (tuning as for :func:`ranking_sums_triton`); None for no rows."""
     if triton is None:
         raise RuntimeError("The triton engine needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
     check_kernel_args("triton", preds, positive, known, sums, ties)
