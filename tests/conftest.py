@@ -4,6 +4,7 @@
   installed, and "triton" where Triton is installed and a CUDA device is present), entered with :func:`torch_lwlrap._ranking.use_engine` for the whole test; a path that
   cannot run on the test's ``device`` is skipped.
 * ``device``: "cpu", plus "cuda" when a CUDA device is present.
+* ``fake_triton``: the Triton path's host code on ``meta`` tensors, with the kernel launches recorded.
 * hypothesis profiles: ``ci`` (the default: modest example counts, no deadline), ``dev`` (quick) and ``thorough``
   (many examples); pick one with the environment variable ``HYPOTHESIS_PROFILE``.
 """
@@ -85,3 +86,33 @@ def engine(request) -> str:
         pytest.skip(f"the {name} path does not run on {device}")
     with use_engine(name):
         yield name
+
+
+@pytest.fixture
+def fake_triton(monkeypatch):
+    """The Triton path on ``meta`` tensors (forced with ``use_engine("triton")``), every step of it but the kernel
+    itself, which is recorded instead of run: ``(kernel name, grid, arguments, keyword arguments)`` per launch, each
+    tensor argument recorded as its ``(shape, dtype)`` (holding the tensors would keep them alive).
+
+    Meta tensors have shapes and no values, so this runs the host side of a GPU launch on any machine: what it
+    reads on the host (``tests/test_sync.py``) and what it allocates (``tests/test_memory.py``)."""
+    kernel = pytest.importorskip("torch_lwlrap._triton_kernel")
+    if kernel.triton is None:
+        pytest.skip("Triton is not installed")
+    launches = []
+
+    class FakeKernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                args = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+                launches.append((self.name, grid, args, kwargs))
+
+            return launch
+
+    monkeypatch.setattr(kernel, "is_available", lambda device, dtype=None: torch.device(device).type == "meta")
+    monkeypatch.setattr(kernel, "_rows_kernel", FakeKernel("_rows_kernel"))
+    monkeypatch.setattr(kernel, "_tiled_kernel", FakeKernel("_tiled_kernel"))
+    return launches

@@ -41,11 +41,37 @@ HOST_READS = {
 
 
 class HostReads(TorchDispatchMode):
-    """Records every operator that reads values on the host; scalar reads are answered with 0 (False)."""
+    """Records every operator that reads values on the host; scalar reads are answered with 0 (False).
+
+    Also records tensors made from host data on another device (``torch.tensor(x, device=...)``): a copy from
+    pageable host memory, which waits for the device. Such copies bypass dispatch modes, so ``torch.tensor`` and
+    ``torch.as_tensor`` are wrapped while the mode is active.
+    """
 
     def __init__(self):
         super().__init__()
         self.reads = []
+        self._saved = {}
+
+    def __enter__(self):
+        for name in ("tensor", "as_tensor"):
+            original = self._saved[name] = getattr(torch, name)
+            setattr(torch, name, self._recording(name, original))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, original in self._saved.items():
+            setattr(torch, name, original)
+        return super().__exit__(*exc)
+
+    def _recording(self, name, original):
+        def made_from_host_data(data, *args, **kwargs):
+            result = original(data, *args, **kwargs)
+            if result.device.type != "cpu" and not (isinstance(data, torch.Tensor) and data.device == result.device):
+                self.reads.append(f"torch.{name} on {result.device}")
+            return result
+
+        return made_from_host_data
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -131,6 +157,7 @@ def test_extra_dimensions_read_nothing_on_the_host():
 def test_the_counter_sees_host_reads():
     """The checks above can fail: each kind of host read is recorded."""
     tensor = torch.ones(3, 2, device=META)
+    original_tensor = torch.tensor
     with HostReads() as mode:
         bool(tensor.sum() > 0)
         with pytest.raises((RuntimeError, NotImplementedError)):
@@ -139,33 +166,18 @@ def test_the_counter_sees_host_reads():
             tensor.cpu()
         cpu = torch.ones(2)
         cpu[cpu > 0]  # a boolean mask: nonzero
+        torch.tensor(2.0, device=META)  # a copy from host memory
+        torch.as_tensor([1, 2], device=META)
+        torch.as_tensor(tensor)  # already there: no copy
     assert mode.reads == [
         "aten._local_scalar_dense.default",
         "aten.nonzero.default",
         "aten._to_copy.default meta -> cpu",
         "aten.index.Tensor with a boolean mask",
+        "torch.tensor on meta",
+        "torch.as_tensor on meta",
     ]
-
-
-@pytest.fixture
-def fake_triton(monkeypatch):
-    """The Triton path on ``meta`` tensors, every step of it but the kernel itself: the launches are recorded."""
-    kernel = pytest.importorskip("torch_lwlrap._triton_kernel")
-    if kernel.triton is None:
-        pytest.skip("Triton is not installed")
-    launches = []
-
-    class FakeKernel:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launches.append((self.name, grid, args, kwargs))
-
-    monkeypatch.setattr(kernel, "is_available", lambda device, dtype=None: torch.device(device) == META)
-    monkeypatch.setattr(kernel, "_rows_kernel", FakeKernel("_rows_kernel"))
-    monkeypatch.setattr(kernel, "_tiled_kernel", FakeKernel("_tiled_kernel"))
-    return launches
+    assert torch.tensor is original_tensor  # restored on exit
 
 
 @pytest.mark.parametrize("num_labels", [NUM_LABELS, 5000], ids=["rows-kernel", "tiled-kernel"])

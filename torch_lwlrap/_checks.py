@@ -6,13 +6,22 @@ leaves the state exactly as it was.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import math
+from typing import Iterator, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 TIES = ("max", "index")
 AVERAGES = ("weighted", "macro", "none")
+
+#: Bytes of temporaries that formatting a batch may take at a time: the label masks of a non-bool target, the copies
+#: that flatten extra dimensions into samples, and the per-sample sums of the ranking. A batch is formatted and
+#: ranked a chunk of samples at a time within this budget, so its workspace does not grow with its size.
+CHUNK_BYTES = 64 << 20
+
+#: Bytes per row assumed for the per-sample sums and their reductions (three 8-byte sums, the LRAP scores).
+_SAMPLE_BYTES = 64
 
 
 def check_ties(ties: str) -> str:
@@ -179,10 +188,16 @@ def _target_is_bad(target: Tensor, ignore_index: Optional[int]) -> Optional[Tens
     if not target.is_floating_point() and max(allowed) - min(allowed) + 1 == len(allowed):
         low, high = torch.aminmax(target)
         return (low < min(allowed)) | (high > max(allowed))
-    expected = torch.count_nonzero(target == 1)
-    if ignore is not None:
-        expected = expected + torch.count_nonzero(target == ignore)
-    return torch.count_nonzero(target) != expected
+    # Counted a chunk of samples at a time: the comparisons' bool masks stay within CHUNK_BYTES.
+    step = max(1, CHUNK_BYTES // (2 * max(1, math.prod(target.shape[1:]))))
+    nonzero = expected = torch.zeros((), dtype=torch.int64, device=target.device)
+    for start in range(0, target.shape[0], step):
+        chunk = target[start : start + step]
+        nonzero = nonzero + torch.count_nonzero(chunk)
+        expected = expected + torch.count_nonzero(chunk == 1)
+        if ignore is not None:
+            expected = expected + torch.count_nonzero(chunk == ignore)
+    return nonzero != expected
 
 
 def nan_scores_error(preds: Tensor) -> ValueError:
@@ -242,7 +257,7 @@ def check_inputs(
     sample_weight: Optional[Tensor] = None,
     check_scores: bool = True,
 ) -> None:
-    """Every check of :func:`format_inputs`, without formatting: raises on a bad batch, else does nothing.
+    """Every check of a batch: raises on a bad one, else does nothing.
 
     Shape, dtype and device checks always run; value checks run when ``validate_args`` (one host-device sync).
     ``check_scores=False`` skips the NaN check of the scores, for a caller whose ranking engine does it.
@@ -254,23 +269,50 @@ def check_inputs(
         _check_values(preds, target, ignore_index, sample_weight, check_scores)
 
 
-def format_inputs(
+def chunk_samples(
+    preds: Tensor, target: Tensor, ignore_index: Optional[int], max_elements: Optional[int] = None
+) -> int:
+    """Samples (first dimension of ``preds``) formatted and ranked at a time: within :data:`CHUNK_BYTES`, or, when
+    ``max_elements`` is given (tests), about that many scores."""
+    num_classes = preds.shape[1]
+    rows_per_sample = max(1, math.prod(preds.shape[2:]))
+    if max_elements is not None:
+        return max(1, max_elements // max(1, num_classes * rows_per_sample))
+    row_bytes = _SAMPLE_BYTES
+    if target.dtype != torch.bool:
+        row_bytes += num_classes  # the mask of positives
+        if _ignore_value(target, ignore_index) is not None:
+            row_bytes += num_classes  # the mask of known labels
+    if preds.ndim > 2:
+        row_bytes += num_classes * (preds.element_size() + target.element_size())  # the flattened copies
+    return max(1, CHUNK_BYTES // (row_bytes * rows_per_sample))
+
+
+def formatted_chunks(
     preds: Tensor,
     target: Tensor,
-    num_labels: Optional[int],
     ignore_index: Optional[int],
-    validate_args: bool,
     sample_weight: Optional[Tensor] = None,
-    check_scores: bool = True,
-) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
-    """Check and reshape inputs into ``(scores (M, C), positive (M, C) bool, known (M, C) bool or None, weight (M,))``.
+    max_elements: Optional[int] = None,
+) -> Iterator[Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]]:
+    """Checked inputs as ranking inputs, a chunk of samples at a time (see :func:`chunk_samples`).
 
-    Extra dimensions ``(N, C, d1, ...)`` become samples: ``M = N * d1 * ...``. ``known`` is None when no label is
-    ignored. Shape, dtype and device checks always run (they cost nothing); value checks run when
-    ``validate_args`` and cost one host-device sync.
+    Yields ``(scores (M, C), positive (M, C) bool, known (M, C) bool or None, weight (M,) or None)``. Extra
+    dimensions ``(N, C, d1, ...)`` become samples: ``M`` rows per chunk of ``N``. ``known`` is None when no label
+    is ignored. Nothing is checked here: call :func:`check_inputs` first. The split depends only on the shapes and
+    dtypes, so it costs no host-device sync.
     """
-    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight, check_scores)
+    num_samples = preds.shape[0]
+    step = chunk_samples(preds, target, ignore_index, max_elements)
+    for start in range(0, max(num_samples, 1), step):  # a batch without samples is one empty chunk
+        stop = min(start + step, num_samples)
+        weight = None if sample_weight is None else sample_weight[start:stop]
+        yield _format(preds[start:stop], target[start:stop], ignore_index, weight)
 
+
+def _format(
+    preds: Tensor, target: Tensor, ignore_index: Optional[int], sample_weight: Optional[Tensor]
+) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
     num_classes = preds.shape[1]
     if preds.ndim > 2:
         extra = preds.shape[2:]

@@ -82,6 +82,9 @@ def get_engine() -> str:
 def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[None]:
     """Force an engine path (and optionally a chunk size) inside a ``with`` block, for tests and benchmarks.
 
+    ``chunk_elements`` is about the number of scores per chunk, both in the chunks of samples a batch is formatted
+    and ranked in (:func:`torch_lwlrap._checks.formatted_chunks`) and in the torch paths' workspace.
+
     Every path gives the same result up to float64 rounding; only the speed differs.
     """
     global _engine, _chunk_elements
@@ -95,6 +98,11 @@ def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[No
         yield
     finally:
         _engine, _chunk_elements = saved
+
+
+def forced_chunk_elements() -> Optional[int]:
+    """The chunk size forced by :func:`use_engine`, or None for the defaults."""
+    return _chunk_elements
 
 
 def choose_engine(num_samples: int, num_classes: int, num_positives: int) -> str:

@@ -6,14 +6,28 @@ The ``*_update`` functions turn a batch into sum-only statistics (what the metri
 
 from __future__ import annotations
 
+import math
 import warnings
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import check_average, check_ignore_index, check_ties, format_inputs, nan_scores_error
-from torch_lwlrap._ranking import RankingSums, ScoresContainNaN, checks_nan_in_its_pass, ranking_sums
+from torch_lwlrap._checks import (
+    check_average,
+    check_ignore_index,
+    check_inputs,
+    check_ties,
+    formatted_chunks,
+    nan_scores_error,
+)
+from torch_lwlrap._ranking import (
+    RankingSums,
+    ScoresContainNaN,
+    checks_nan_in_its_pass,
+    forced_chunk_elements,
+    ranking_sums,
+)
 
 __all__ = [
     "multilabel_lwlrap",
@@ -35,32 +49,52 @@ def _lwlrap_update(
     validate_args: bool,
 ) -> Tuple[Tensor, Tensor]:
     """Per-class ``(precision_sum float64 (C,), label_count int64 (C,))`` of a batch."""
-    sums, _ = _batch_sums(preds, target, num_labels, ties, ignore_index, validate_args)
-    return sums.class_precision_sum, sums.class_label_count
+    return _batch_totals(
+        preds,
+        target,
+        num_labels,
+        ties,
+        ignore_index,
+        validate_args,
+        None,
+        lambda sums, _: (sums.class_precision_sum, sums.class_label_count),
+    )
 
 
-def _batch_sums(
+def _batch_totals(
     preds: Tensor,
     target: Tensor,
     num_labels: Optional[int],
     ties: str,
     ignore_index: Optional[int],
     validate_args: bool,
-    sample_weight: Optional[Tensor] = None,
-) -> Tuple[RankingSums, Optional[Tensor]]:
-    """Checked, formatted and ranked: the :class:`RankingSums` of a batch, and its ``(M,)`` sample weights."""
+    sample_weight: Optional[Tensor],
+    reduce: Callable[[RankingSums, Optional[Tensor]], Tuple[Tensor, ...]],
+) -> Tuple[Tensor, ...]:
+    """Checked, formatted and ranked: the sum over the chunks of a batch of ``reduce(sums, weight)``.
+
+    ``sums`` are the :class:`RankingSums` of a chunk of samples and ``weight`` its ``(M,)`` sample weights (or
+    None). The whole batch is checked before the first chunk is ranked (one host-device sync with
+    ``validate_args``); chunks of samples bound the workspace whatever the batch size
+    (:data:`torch_lwlrap._checks.CHUNK_BYTES`).
+    """
     # Where the engine reads every score anyway (the numba path), it also looks for NaN: no extra read.
     engine_checks_nan = (
         validate_args and isinstance(preds, Tensor) and checks_nan_in_its_pass(preds.device, preds.dtype)
     )
-    scores, positive, known, weight = format_inputs(
-        preds, target, num_labels, ignore_index, validate_args, sample_weight, check_scores=not engine_checks_nan
-    )
-    try:
-        sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
-    except ScoresContainNaN:
-        raise nan_scores_error(preds) from None
-    return sums, weight
+    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight, not engine_checks_nan)
+    totals = None
+    for chunk in formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements()):
+        scores, positive, known, weight = chunk
+        try:
+            sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
+        except ScoresContainNaN:
+            raise nan_scores_error(preds) from None
+        values = reduce(sums, weight)
+        totals = values if totals is None else tuple(total + value for total, value in zip(totals, values))
+        # Let go of this chunk before the next one is formatted: one chunk's workspace at a time.
+        del chunk, scores, positive, known, weight, sums, values
+    return totals
 
 
 def _lwlrap_per_class(precision_sum: Tensor, label_count: Tensor) -> Tuple[Tensor, Tensor]:
@@ -82,7 +116,7 @@ def _lwlrap_compute(precision_sum: Tensor, label_count: Tensor, average: str) ->
             UserWarning,
             stacklevel=3,
         )
-        return torch.tensor(float("nan"), dtype=torch.float64, device=precision_sum.device)
+        return torch.full((), math.nan, dtype=torch.float64, device=precision_sum.device)
     if average == "weighted":
         return precision_sum.sum() / total.to(torch.float64)
     per_class = _lwlrap_per_class(precision_sum, label_count)[0]
@@ -190,13 +224,18 @@ def _lrap_update(
     validate_args: bool,
 ) -> Tuple[Tensor, Tensor]:
     """``(lrap_sum, weight_sum)`` of a batch, two float64 scalars: the weighted sum of per-sample scores."""
-    sums, weight = _batch_sums(preds, target, num_labels, ties, ignore_index, validate_args, sample_weight)
+    return _batch_totals(preds, target, num_labels, ties, ignore_index, validate_args, sample_weight, _lrap_sums)
+
+
+def _lrap_sums(sums: RankingSums, weight: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """``(lrap_sum, weight_sum)`` of the samples of ``sums``."""
     count = sums.sample_label_count
     # scikit-learn's convention: a sample with no positive, or only positives, scores 1.
     trivial = (count == 0) | (count == sums.sample_known_count)
     per_sample = torch.where(trivial, 1.0, sums.sample_precision_sum / count.clamp(min=1).to(torch.float64))
     if weight is None:
-        return per_sample.sum(), torch.tensor(float(per_sample.numel()), dtype=torch.float64, device=per_sample.device)
+        # torch.full fills on the device; torch.tensor would copy from host memory, a sync on a GPU.
+        return per_sample.sum(), torch.full((), per_sample.numel(), dtype=torch.float64, device=per_sample.device)
     weight = weight.to(torch.float64)
     return (per_sample * weight).sum(), weight.sum()
 
@@ -208,7 +247,7 @@ def _lrap_compute(lrap_sum: Tensor, weight_sum: Tensor) -> Tensor:
             UserWarning,
             stacklevel=3,
         )
-        return torch.tensor(float("nan"), dtype=torch.float64, device=lrap_sum.device)
+        return torch.full((), math.nan, dtype=torch.float64, device=lrap_sum.device)
     return lrap_sum / weight_sum
 
 
