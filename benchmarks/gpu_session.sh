@@ -12,6 +12,9 @@
 #
 # Results land in $OUT (default: gpu_session_results/): pytest.log, gpu_check.md/.json, cuda.md/.json/.png.
 # STEPS picks the steps (default "1 2 3"): e.g. STEPS=1 and then STEPS="2 3" split the run in two.
+# PYTEST_ARGS (default: the whole suite) narrows step 1, so that it too can be split across runs, e.g.
+#   PYTEST_ARGS="tests/test_core.py tests/test_reliability.py" and then
+#   PYTEST_ARGS="--ignore=tests/test_core.py --ignore=tests/test_reliability.py" (pytest.log is named after the part).
 # The exit status is that of the first step that failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +28,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 
 if [[ "$steps" == *" 1 "* ]]; then
     echo "== 1. test suite on $(python3 -c 'import torch; print(torch.cuda.get_device_name(0))')"
-    python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$out/pytest.log"
+    log="$out/pytest${PYTEST_ARGS:+-$(printf %s "$PYTEST_ARGS" | tr -c 'A-Za-z0-9' '_' | cut -c1-60)}.log"
+    # shellcheck disable=SC2086
+    python3 -m pytest -q -p no:cacheprovider -rs --durations=15 ${PYTEST_ARGS:-} 2>&1 | tee "$log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
