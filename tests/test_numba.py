@@ -223,3 +223,83 @@ def test_kernel_argument_errors():
     with pytest.raises(ValueError, match=r"`block_rows` must be positive, but got 0"):
         kernel.ranking_sums_numba(scores, positive, None, *sums, block_rows=0)
     assert not kernel.is_available("cpu", torch.int64) and not kernel.is_available("meta")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Targets: the compiled value check and masks against torch's own comparisons
+
+
+def _target_with(dtype, values, transpose):
+    """A 37 x 11 target of ``dtype`` holding 0, 1 and each of ``values`` somewhere; transposed: non-contiguous."""
+    g = torch.Generator().manual_seed(len(values))
+    target = torch.randint(0, 2, (11, 37) if transpose else (37, 11), generator=g).double()
+    flat = target.view(-1)
+    for at, value in enumerate(values):
+        flat[(at * 97) % flat.numel()] = value
+    target = target.t() if transpose else target
+    return target.to(dtype)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", kernel.TARGET_DTYPES, ids=str)
+@pytest.mark.parametrize("transpose", [False, True], ids=["contiguous", "transposed"])
+def test_target_check_and_masks_agree_with_torch(dtype, transpose):
+    floating = dtype.is_floating_point
+    signed = dtype != torch.uint8
+    extra = [2, 7] + ([0.5, -0.0, 1e-30, float("nan"), float("inf")] if floating else []) + ([-5] if signed else [])
+    ignore_values = [None] + ([-1] if signed else [255]) + ([-100] if signed else [])
+    for ignore_index in ignore_values:
+        for values in ([], [ignore_index] if ignore_index is not None else [], *([v] for v in extra)):
+            target = _target_with(dtype, values, transpose)
+            assert kernel.handles_target(target)
+            assert target.is_contiguous() != transpose
+            wide = target.double()
+            allowed = (wide == 0) | (wide == 1)
+            if ignore_index is not None:
+                allowed |= wide == ignore_index
+            case = f"{dtype}, values {values}, ignore_index {ignore_index}"
+            assert kernel.target_is_bad(target, ignore_index) == bool((~allowed).any()), case
+            positive, known = kernel.target_masks(target, ignore_index)
+            assert torch.equal(positive, wide == 1), case
+            if ignore_index is None:
+                assert known is None
+            else:
+                assert torch.equal(known, wide != ignore_index), case
+
+
+@needs_numba
+def test_targets_the_compiled_helpers_leave_to_torch():
+    assert not kernel.handles_target(torch.zeros(3, 4, dtype=torch.bool))  # needs no mask
+    assert not kernel.handles_target(torch.zeros(3, 4, dtype=torch.float16))  # numba cannot read it
+    assert not kernel.handles_target(torch.zeros(3, 4, dtype=torch.bfloat16))
+    assert not kernel.handles_target(torch.zeros(3, 4, 2))  # flattened into samples first
+    assert not kernel.handles_target(torch.zeros(3, 4, device="meta"))
+    assert kernel.handles_target(torch.zeros(3, 4, dtype=torch.int16))
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.uint8], ids=str)
+def test_public_functions_decode_targets_compiled(dtype, monkeypatch):
+    """The numba path checks and decodes the target with its helpers (no torch comparison), with the same result;
+    a bad value is still rejected with the values found."""
+    calls = []
+    for name in ("target_is_bad", "target_masks"):
+        original = getattr(kernel, name)
+        monkeypatch.setattr(kernel, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    preds, target = make_case(5, 300, 13, ignore_index=None)
+    target = target.to(dtype)
+    ignore_index = 255 if dtype == torch.uint8 else -1
+    target[::7, 3] = ignore_index
+    with use_engine("auto"):
+        got = multilabel_lwlrap(preds, target, ignore_index=ignore_index)
+        got_lrap = multilabel_lrap(preds, target, ignore_index=ignore_index)
+    assert calls == ["target_is_bad", "target_masks"] * 2
+    with use_engine("sort"):  # torch's comparisons
+        assert got == pytest.approx(multilabel_lwlrap(preds, target, ignore_index=ignore_index).item(), abs=1e-12)
+        assert got_lrap == pytest.approx(multilabel_lrap(preds, target, ignore_index=ignore_index).item(), abs=1e-12)
+    assert calls == ["target_is_bad", "target_masks"] * 2
+    assert got == pytest.approx(naive_lwlrap(preds, target, ignore_index=ignore_index), abs=1e-12)
+    target[4, 5] = 2
+    message = r"`target` must contain only 0, 1 and ignore_index=-?\d+, but found the values \[2(\.0)?\]"
+    with use_engine("auto"), pytest.raises(ValueError, match=message):
+        multilabel_lwlrap(preds, target, ignore_index=ignore_index)

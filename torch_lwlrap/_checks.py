@@ -174,16 +174,22 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
     return ignore_index
 
 
-def _target_is_bad(target: Tensor, ignore_index: Optional[int]) -> Optional[Tensor]:
+def _target_is_bad(target: Tensor, ignore_index: Optional[int], compiled: bool = False) -> Optional[Tensor]:
     """A 0-dim bool tensor, True when ``target`` holds a value other than 0, 1 and ``ignore_index``.
 
-    None for a bool target (always valid). Fast paths, each exact: an integer target whose allowed values form a
-    range needs only its minimum and maximum (one read); otherwise every non-zero value must be 1 or
-    ``ignore_index`` (NaN is non-zero and equals nothing).
+    None for a bool target (always valid). Fast paths, each exact: with ``compiled`` (the numba path ranks the
+    batch), one compiled pass over a CPU target (:func:`torch_lwlrap._numba_kernel.target_is_bad`); an integer
+    target whose allowed values form a range needs only its minimum and maximum (one read); otherwise every
+    non-zero value must be 1 or ``ignore_index`` (NaN is non-zero and equals nothing).
     """
     if target.dtype == torch.bool:
         return None
     ignore = _ignore_value(target, ignore_index)
+    if compiled:
+        from torch_lwlrap import _numba_kernel
+
+        if _numba_kernel.handles_target(target):
+            return torch.tensor(_numba_kernel.target_is_bad(target, ignore))  # a CPU tensor: no sync
     allowed = {0, 1} if ignore is None else {0, 1, ignore}
     if not target.is_floating_point() and max(allowed) - min(allowed) + 1 == len(allowed):
         low, high = torch.aminmax(target)
@@ -212,18 +218,19 @@ def _check_values(
     ignore_index: Optional[int],
     sample_weight: Optional[Tensor],
     check_scores: bool = True,
+    compiled: bool = False,
 ) -> None:
     """Value checks with exactly one host-device sync; details are only looked up when something is wrong.
 
-    ``check_scores=False`` leaves NaN scores to the ranking engine's own pass (see
-    :func:`torch_lwlrap._ranking.checks_nan_in_its_pass`).
+    ``check_scores=False`` leaves NaN scores to the ranking engine's own pass, and ``compiled`` checks the target
+    with the numba path's helper (see :func:`torch_lwlrap._ranking.takes_numba_path`).
     """
     flags = []
     if preds.numel() and check_scores:
         # The minimum is NaN exactly when a score is NaN: one vectorized read of the scores.
         flags.append(torch.isnan(torch.aminmax(preds)[0]))
     if target.numel():
-        bad_target = _target_is_bad(target, ignore_index)
+        bad_target = _target_is_bad(target, ignore_index, compiled)
         if bad_target is not None:
             flags.append(bad_target)
     if sample_weight is not None and sample_weight.numel():
@@ -256,17 +263,19 @@ def check_inputs(
     validate_args: bool,
     sample_weight: Optional[Tensor] = None,
     check_scores: bool = True,
+    compiled: bool = False,
 ) -> None:
     """Every check of a batch: raises on a bad one, else does nothing.
 
     Shape, dtype and device checks always run; value checks run when ``validate_args`` (one host-device sync).
-    ``check_scores=False`` skips the NaN check of the scores, for a caller whose ranking engine does it.
+    ``check_scores=False`` skips the NaN check of the scores, for a caller whose ranking engine does it;
+    ``compiled=True`` checks a CPU target with the numba path's compiled helper.
     """
     _check_tensor_args(preds, target, num_labels)
     if sample_weight is not None:
         _check_sample_weight_args(sample_weight, preds)
     if validate_args:
-        _check_values(preds, target, ignore_index, sample_weight, check_scores)
+        _check_values(preds, target, ignore_index, sample_weight, check_scores, compiled)
 
 
 def chunk_samples(
@@ -294,8 +303,10 @@ def formatted_chunks(
     ignore_index: Optional[int],
     sample_weight: Optional[Tensor] = None,
     max_elements: Optional[int] = None,
+    compiled: bool = False,
 ) -> Iterator[Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]]:
-    """Checked inputs as ranking inputs, a chunk of samples at a time (see :func:`chunk_samples`).
+    """Checked inputs as ranking inputs, a chunk of samples at a time (see :func:`chunk_samples`); with
+    ``compiled`` (the numba path ranks them), a CPU target's masks come from one compiled pass.
 
     Yields ``(scores (M, C), positive (M, C) bool, known (M, C) bool or None, weight (M,) or None)``. Extra
     dimensions ``(N, C, d1, ...)`` become samples: ``M`` rows per chunk of ``N``. ``known`` is None when no label
@@ -307,11 +318,11 @@ def formatted_chunks(
     for start in range(0, max(num_samples, 1), step):  # a batch without samples is one empty chunk
         stop = min(start + step, num_samples)
         weight = None if sample_weight is None else sample_weight[start:stop]
-        yield _format(preds[start:stop], target[start:stop], ignore_index, weight)
+        yield _format(preds[start:stop], target[start:stop], ignore_index, weight, compiled)
 
 
 def _format(
-    preds: Tensor, target: Tensor, ignore_index: Optional[int], sample_weight: Optional[Tensor]
+    preds: Tensor, target: Tensor, ignore_index: Optional[int], sample_weight: Optional[Tensor], compiled: bool
 ) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
     num_classes = preds.shape[1]
     if preds.ndim > 2:
@@ -324,10 +335,14 @@ def _format(
             sample_weight = sample_weight.reshape(-1)
 
     if target.dtype == torch.bool:
-        positive, known = target, None
-    else:
-        positive = target == 1
-        known = None
-        if _ignore_value(target, ignore_index) is not None:
-            known = target != ignore_index
+        return preds, target, None, sample_weight
+    ignore = _ignore_value(target, ignore_index)
+    if compiled:
+        from torch_lwlrap import _numba_kernel
+
+        if _numba_kernel.handles_target(target):  # one compiled pass instead of one per mask
+            positive, known = _numba_kernel.target_masks(target, ignore)
+            return preds, positive, known, sample_weight
+    positive = target == 1
+    known = None if ignore is None else target != ignore
     return preds, positive, known, sample_weight

@@ -117,11 +117,12 @@ class ScoresContainNaN(ValueError):
     """Raised by :func:`ranking_sums` with ``check_nan=True`` when a score is NaN."""
 
 
-def checks_nan_in_its_pass(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the path that ranks such tensors finds NaN scores in its own pass over them (the numba path).
+def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether scores of ``dtype`` on ``device`` are ranked by the numba path.
 
-    Value checks then leave NaN to :func:`ranking_sums` (``check_nan=True``) instead of reading the scores once
-    more, which costs as much as the ranking itself on the CPU.
+    Value checks then leave NaN to :func:`ranking_sums` (``check_nan=True``), which finds it in its own pass over
+    the scores instead of reading them once more (that costs as much as the ranking itself on the CPU), and the
+    target is checked and turned into masks by the path's compiled helpers.
     """
     return _compiled_path(_engine, device, dtype)[0] == "numba"
 

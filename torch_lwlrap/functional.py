@@ -24,9 +24,9 @@ from torch_lwlrap._checks import (
 from torch_lwlrap._ranking import (
     RankingSums,
     ScoresContainNaN,
-    checks_nan_in_its_pass,
     forced_chunk_elements,
     ranking_sums,
+    takes_numba_path,
 )
 
 __all__ = [
@@ -78,13 +78,15 @@ def _batch_totals(
     ``validate_args``); chunks of samples bound the workspace whatever the batch size
     (:data:`torch_lwlrap._checks.CHUNK_BYTES`).
     """
-    # Where the engine reads every score anyway (the numba path), it also looks for NaN: no extra read.
-    engine_checks_nan = (
-        validate_args and isinstance(preds, Tensor) and checks_nan_in_its_pass(preds.device, preds.dtype)
+    # The numba path looks for NaN in its own pass over the scores (no extra read), and decodes targets compiled.
+    numba_path = isinstance(preds, Tensor) and takes_numba_path(preds.device, preds.dtype)
+    engine_checks_nan = validate_args and numba_path
+    check_inputs(
+        preds, target, num_labels, ignore_index, validate_args, sample_weight, not engine_checks_nan, numba_path
     )
-    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight, not engine_checks_nan)
     totals = None
-    for chunk in formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements()):
+    chunks = formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements(), numba_path)
+    for chunk in chunks:
         scores, positive, known, weight = chunk
         try:
             sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
