@@ -61,6 +61,27 @@ def _lwlrap_update(
     )
 
 
+def _check_batch(
+    preds: Tensor,
+    target: Tensor,
+    num_labels: Optional[int],
+    ignore_index: Optional[int],
+    validate_args: bool,
+    sample_weight: Optional[Tensor] = None,
+    *,
+    nan_later: bool = False,
+) -> bool:
+    """Every check of a batch (:func:`torch_lwlrap._checks.check_inputs`); returns whether the numba path ranks it.
+
+    On the numba path its compiled helpers check the target, and with ``nan_later`` NaN scores are left to its
+    ranking pass (``ranking_sums(check_nan=True)``).
+    """
+    numba_path = isinstance(preds, Tensor) and takes_numba_path(preds.device, preds.dtype)
+    check_scores = not (nan_later and numba_path)
+    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight, check_scores, numba_path)
+    return numba_path
+
+
 def _batch_totals(
     preds: Tensor,
     target: Tensor,
@@ -78,12 +99,9 @@ def _batch_totals(
     ``validate_args``); chunks of samples bound the workspace whatever the batch size
     (:data:`torch_lwlrap._checks.CHUNK_BYTES`).
     """
-    # The numba path looks for NaN in its own pass over the scores (no extra read), and decodes targets compiled.
-    numba_path = isinstance(preds, Tensor) and takes_numba_path(preds.device, preds.dtype)
+    numba_path = _check_batch(preds, target, num_labels, ignore_index, validate_args, sample_weight, nan_later=True)
+    # The numba path looks for NaN in its own pass over the scores: no extra read.
     engine_checks_nan = validate_args and numba_path
-    check_inputs(
-        preds, target, num_labels, ignore_index, validate_args, sample_weight, not engine_checks_nan, numba_path
-    )
     totals = None
     chunks = formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements(), numba_path)
     for chunk in chunks:

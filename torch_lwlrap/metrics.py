@@ -17,11 +17,11 @@ from torch_lwlrap._checks import (
     TIES,
     check_average,
     check_ignore_index,
-    check_inputs,
     check_num_labels,
     check_ties,
 )
 from torch_lwlrap.functional import (
+    _check_batch,
     _lrap_compute,
     _lrap_update,
     _lwlrap_compute,
@@ -178,7 +178,7 @@ class MultilabelLWLRAP(Metric):
         """
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
-        check_inputs(preds, target, self.num_labels, self.ignore_index, self.validate_args)
+        _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
         with _values_checked(self):
             return super().forward(preds, target)
 
@@ -329,7 +329,7 @@ class MultilabelLRAP(Metric):
         """
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
-        check_inputs(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
+        _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
         with _values_checked(self):
             return super().forward(preds, target, sample_weight=sample_weight)
 
