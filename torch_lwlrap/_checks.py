@@ -174,6 +174,16 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
     return ignore_index
 
 
+def _compiled_target_helpers(target: Tensor, compiled: bool):
+    """The numba path's target helpers (:mod:`torch_lwlrap._numba_kernel`) when ``compiled`` and they take
+    ``target``, else None (torch's comparisons)."""
+    if not compiled:
+        return None
+    from torch_lwlrap import _numba_kernel
+
+    return _numba_kernel if _numba_kernel.handles_target(target) else None
+
+
 def _target_is_bad(target: Tensor, ignore_index: Optional[int], compiled: bool = False) -> Optional[Tensor]:
     """A 0-dim bool tensor, True when ``target`` holds a value other than 0, 1 and ``ignore_index``.
 
@@ -185,11 +195,9 @@ def _target_is_bad(target: Tensor, ignore_index: Optional[int], compiled: bool =
     if target.dtype == torch.bool:
         return None
     ignore = _ignore_value(target, ignore_index)
-    if compiled:
-        from torch_lwlrap import _numba_kernel
-
-        if _numba_kernel.handles_target(target):
-            return torch.tensor(_numba_kernel.target_is_bad(target, ignore))  # a CPU tensor: no sync
+    helpers = _compiled_target_helpers(target, compiled)
+    if helpers is not None:
+        return torch.tensor(helpers.target_is_bad(target, ignore))  # a CPU tensor: no sync
     allowed = {0, 1} if ignore is None else {0, 1, ignore}
     if not target.is_floating_point() and max(allowed) - min(allowed) + 1 == len(allowed):
         low, high = torch.aminmax(target)
@@ -337,12 +345,10 @@ def _format(
     if target.dtype == torch.bool:
         return preds, target, None, sample_weight
     ignore = _ignore_value(target, ignore_index)
-    if compiled:
-        from torch_lwlrap import _numba_kernel
-
-        if _numba_kernel.handles_target(target):  # one compiled pass instead of one per mask
-            positive, known = _numba_kernel.target_masks(target, ignore)
-            return preds, positive, known, sample_weight
+    helpers = _compiled_target_helpers(target, compiled)
+    if helpers is not None:  # one compiled pass instead of one per mask
+        positive, known = helpers.target_masks(target, ignore)
+        return preds, positive, known, sample_weight
     positive = target == 1
     known = None if ignore is None else target != ignore
     return preds, positive, known, sample_weight

@@ -218,12 +218,9 @@ def ranking_sums_numba(
         stop = min(start + rows_per_chunk, num_samples)
         scores = preds[start:stop]
         scores = (scores if native else scores.to(torch.float32)).contiguous()
-        if known is None:
-            positives = positive[start:stop].contiguous()
-            knowns = dummy_known
-        else:
-            positives = positive[start:stop] & known[start:stop]
-            knowns = known[start:stop].contiguous().numpy().view(np.uint8)
+        # A positive flag under an unknown label is dropped by the kernel itself: no pass to combine the masks.
+        positives = positive[start:stop].contiguous()
+        knowns = dummy_known if known is None else known[start:stop].contiguous().numpy().view(np.uint8)
         # The targets as bytes, and the 8-byte words inside them: rows are scanned a word at a time.
         positive_bytes = positives.numpy().view(np.uint8).reshape(-1)
         head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
@@ -460,6 +457,12 @@ if numba is not None:
                     num_known = np.int32(0)
                     for k in range(num_classes):
                         num_known = np.int32(num_known + np.int32(krow[k]))
+                    kept = 0  # a positive flag under an unknown label does not count
+                    for q in range(num_positives):
+                        if krow[columns[q]]:
+                            columns[kept] = columns[q]
+                            kept += 1
+                    num_positives = kept
                 sample_label_counts[i] = num_positives
                 sample_known_counts[i] = num_known
                 if num_positives == 0:
