@@ -2,11 +2,13 @@
 
 from typing import Any
 
+from torch_lwlrap._ranking import EngineFallbackWarning
 from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "EngineFallbackWarning",
     "MultilabelLRAP",
     "MultilabelLWLRAP",
     "__version__",
