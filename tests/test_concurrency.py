@@ -76,6 +76,7 @@ def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):
     preds, target = make_case(7, 3000, 61, ignore_index=-1)
     positive, known = target == 1, target != -1
     results = []
+    monkeypatch.setattr(_numba_kernel, "_idle_cores", lambda: 64)
     for min_scores in (10**12, 1):  # serial variant; parallel with every thread torch allows
         monkeypatch.setattr(_numba_kernel, "PARALLEL_MIN_SCORES_PER_THREAD", min_scores)
         with use_engine("numba"):
@@ -90,8 +91,9 @@ def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):
     assert multilabel_lwlrap(preds[rows], target[rows], ignore_index=-1).item() == pytest.approx(want, **TOL)
 
 
-def test_threads_for_never_exceeds_torch_threads(monkeypatch):
+def test_threads_for_never_exceeds_torch_threads_nor_the_idle_cores(monkeypatch):
     threads = torch.get_num_threads()
+    monkeypatch.setattr(_numba_kernel, "_idle_cores", lambda: 64)
     try:
         torch.set_num_threads(1)
         assert _numba_kernel.threads_for(1 << 40) == 1
@@ -101,48 +103,19 @@ def test_threads_for_never_exceeds_torch_threads(monkeypatch):
         small = _numba_kernel.PARALLEL_MIN_SCORES_PER_THREAD * 2 - 1
         assert _numba_kernel.threads_for(small) == 1  # one thread's work: no parallel region
         assert _numba_kernel.threads_for(32 * 527) == 1
+        for idle in (1, 0, -7):  # every core busy: serial, whatever the size
+            monkeypatch.setattr(_numba_kernel, "_idle_cores", lambda: idle)
+            assert _numba_kernel.threads_for(1 << 40) == 1
     finally:
         torch.set_num_threads(threads)
 
 
-def test_use_engine_is_per_thread():
-    # Two threads interleave their overrides; neither leaks into the other, nor into the main thread.
-    steps = threading.Barrier(2)
-    seen, errors = {}, []
-    preds, target = make_case(11, 30, 8)
-
-    def worker(name, engine, first):
-        try:
-            if not first:
-                steps.wait()  # enter second
-            with use_engine(engine, chunk_elements=64):
-                if first:
-                    steps.wait()
-                steps.wait()  # both inside
-                seen[name, "inside"] = get_engine()
-                seen[name, "value"] = multilabel_lrap(preds, target).item()
-                steps.wait()
-                if not first:
-                    steps.wait()  # leave second
-            if first:
-                steps.wait()
-            seen[name, "after"] = get_engine()
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
-
-    threads = [
-        threading.Thread(target=worker, args=("a", "sort", True)),
-        threading.Thread(target=worker, args=("b", "count", False)),
-    ]
-    with use_engine("numba"):
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert get_engine() == "numba"
-    assert not errors, errors
-    assert seen["a", "inside"] == "sort" and seen["b", "inside"] == "count"
-    assert seen["a", "after"] == "auto" and seen["b", "after"] == "auto"
-    assert get_engine() == "auto"
-    want = naive_lrap(preds, target)
-    assert seen["a", "value"] == pytest.approx(want, **TOL) and seen["b", "value"] == pytest.approx(want, **TOL)
+def test_idle_cores_reads_the_running_tasks(monkeypatch, tmp_path):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    loadavg = tmp_path / "loadavg"
+    monkeypatch.setattr(_numba_kernel, "_LOADAVG", str(loadavg))
+    for running, want in ((1, cores), (cores + 3, -2)):  # the running count includes the calling thread
+        loadavg.write_text(f"0.50 0.40 0.30 {running}/321 4567\n")
+        assert _numba_kernel._idle_cores() == want
+    loadavg.unlink()
+    assert _numba_kernel._idle_cores() == cores  # no such file (not Linux): the cores are taken as free

@@ -124,6 +124,10 @@ def threads_for(scores: int) -> int:
     return max(1, min(limit, _idle_cores()))
 
 
+#: Linux's load file: its fourth field is ``running/total`` tasks.
+_LOADAVG = "/proc/loadavg"
+
+
 def _idle_cores() -> int:
     """Cores this process may use that no other task is running on right now: the running count of
     ``/proc/loadavg`` (which includes the calling thread) taken from the cores of ``os.sched_getaffinity``.
@@ -133,7 +137,7 @@ def _idle_cores() -> int:
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
-        with open("/proc/loadavg", "rb") as loadavg:
+        with open(_LOADAVG, "rb") as loadavg:
             running = int(loadavg.read().split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):  # not Linux: assume the cores are free
         return cores
