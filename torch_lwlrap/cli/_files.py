@@ -10,7 +10,7 @@ import csv
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -147,6 +147,57 @@ def _where(path: str, line: int, fname: Optional[str] = None) -> str:
     return f"{path!r}, line {line}" + (f" (fname {fname!r})" if fname is not None else "")
 
 
+def _read_plain_table(
+    path: str, *, accept: Callable[[List[str]], bool]
+) -> Optional[Tuple[List[str], List[str], np.ndarray]]:
+    """Header, fnames and values ``(rows, columns after fname)`` of a plain numeric table, parsed by numpy's
+    compiled reader (about 20 times faster than the csv module and ``float``, and to the same bits).
+
+    Plain: ``fname`` first, then numbers only, no quote in any row, no blank line, no NaN, a sound header that
+    ``accept`` takes. Anything else returns None, and the precise line-by-line reader (:func:`_read_rows`) reads
+    the file instead, naming any error's file, line, fname and column exactly.
+    """
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    header_line, _, body = text.partition("\n")
+    if not body or '"' in body:
+        return None
+    try:
+        header = [name.strip() for name in next(csv.reader([header_line]))]
+    except (csv.Error, StopIteration):
+        return None
+    plain_header = (
+        len(header) >= 2
+        and header[0] == "fname"
+        and len(set(header)) == len(header)
+        and all(name and not _PANDAS_INDEX_NAME.fullmatch(name) for name in header)
+    )
+    if not plain_header or not accept(header):
+        return None
+    lines = body.split("\n")
+    if not lines[-1]:
+        lines.pop()
+    num_values = len(header) - 1
+    # Every row has at least num_values commas (numpy checks the columns it reads), so this count makes it exact.
+    if body.count(",") != len(lines) * num_values:
+        return None
+    fnames = [line[: line.find(",")].strip() for line in lines]
+    if "" in fnames or len(set(fnames)) != len(fnames):
+        return None
+    try:
+        values = np.loadtxt(
+            lines, dtype=np.float64, delimiter=",", comments=None, usecols=range(1, num_values + 1), ndmin=2
+        )
+    except ValueError:
+        return None
+    if values.shape != (len(lines), num_values) or np.isnan(values).any():
+        return None
+    return header, fnames, values
+
+
 def _read_rows(path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
     """Header (stripped names) and ``(line, fields)`` of each non-blank row; checks header and field counts."""
     try:
@@ -244,6 +295,13 @@ def read_truth(path: str) -> Truth:
         >>> truth.layout, truth.fnames, truth.labels
         ('challenge', ['a.wav', 'b.wav'], [['Bark', 'Dog'], ['Guitar']])
     """
+    plain = _read_plain_table(path, accept=lambda header: not _is_challenge(header))
+    if plain is not None and np.isin(plain[2], (0.0, 1.0)).all():
+        header, fnames, values = plain
+        classes = header[1:]
+        labels = [[classes[j] for j in np.flatnonzero(row).tolist()] for row in values]
+        return Truth(fnames, labels, classes, "wide", path, list(range(2, len(fnames) + 2)))
+
     header, rows = _read_rows(path, "truth")
     fname_at = header.index("fname")
     fnames = [fields[fname_at].strip() for _, fields in rows]
@@ -313,6 +371,12 @@ def read_predictions(path: str) -> Predictions:
         >>> pred.classes, pred.scores.tolist()
         (['Bark', 'Dog'], [[0.9, 0.25], [0.1, 0.5]])
     """
+    plain = _read_plain_table(path, accept=lambda header: True)
+    if plain is not None:
+        header, fnames, scores = plain
+        _check_no_index_column(scores, header[1:], header, path)
+        return Predictions(fnames, header[1:], scores, path)
+
     header, rows = _read_rows(path, "prediction")
     fname_at = header.index("fname")
     classes = [name for name in header if name != "fname"]
