@@ -395,3 +395,68 @@ def test_plot_of_527_classes_stays_readable(tmp_path, capsys):
     assert (code, err) == (0, "")
     width, height = png_size(tmp_path / "top.png")
     assert height < 1000 and width < 1000, (width, height)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The compiled reader and the precise one
+
+
+def precise_read(monkeypatch, path, reader):
+    from torch_lwlrap.cli import _files
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_files, "_read_plain_table", lambda path, accept: None)
+        return reader(str(path))
+
+
+def test_compiled_reader_reads_what_float_reads(tmp_path, monkeypatch):
+    from torch_lwlrap.cli._files import _read_plain_table, read_predictions, read_truth
+
+    rng = np.random.default_rng(14)
+    values = rng.standard_normal((300, 9)) * 10.0 ** rng.integers(-300, 300, (300, 9))
+    formats = [repr, lambda v: f"{v:.6g}", lambda v: f"{v:.17e}", lambda v: f" {v:+.4f}\t", lambda v: f"{v:.30f}"]
+    texts = [[formats[(i + j) % len(formats)](float(values[i, j])) for j in range(9)] for i in range(300)]
+    texts[0][:4] = ["inf", "-Infinity", "1e400", "-1e-400"]
+    fnames = [f"clip {i:03d}.wav" for i in range(300)]
+    path = tmp_path / "pred.csv"
+    path.write_text("fname," + ",".join(CHALLENGE_CLASSES[:8] + ["Yell-2"]) + "\n"
+                    + "".join(f"{f},{','.join(row)}\n" for f, row in zip(fnames, texts)))
+    assert _read_plain_table(str(path), accept=lambda header: True) is not None  # the compiled path is taken
+    fast = read_predictions(str(path))
+    precise = precise_read(monkeypatch, path, read_predictions)
+    want = np.array([[float(text) for text in row] for row in texts])
+    assert fast.fnames == precise.fnames == fnames and fast.classes == precise.classes
+    assert np.array_equal(fast.scores, want) and np.array_equal(precise.scores, want)  # bit for bit
+
+    wide = tmp_path / "truth.csv"
+    target = (rng.random((300, 9)) < 0.3).astype(int)
+    wide.write_text("fname," + ",".join(fast.classes) + "\n"
+                    + "".join(f"{f},{','.join(map(str, row))}\n" for f, row in zip(fnames, target.tolist())))
+    assert _read_plain_table(str(wide), accept=lambda header: True) is not None
+    assert read_truth(str(wide)) == precise_read(monkeypatch, wide, read_truth)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "fname,a,b\nx.wav,1_000,2\ny.wav,3,4\n",  # float() takes underscores, numpy does not
+        "fname,a,b\r\nx.wav,1,2\r\n\r\ny.wav,3,4\r\n",  # a blank line
+        'fname,a,b\n"x.wav",1,2\ny.wav,3,4\n',  # a quoted field
+        "\ufefffname,a,b\nx.wav,1,2\ny.wav,3,\uff14\n",  # a BOM, and a full-width digit float() reads
+        "fname,b,a\nx.wav,1,2\ny.wav,3,4",  # no line end at the end
+        "a,fname,b\n1,x.wav,2\n3,y.wav,4\n",  # fname not first
+    ],
+)
+def test_files_the_compiled_reader_leaves_are_read_precisely(tmp_path, monkeypatch, text):
+    from torch_lwlrap.cli._files import read_predictions
+
+    path = tmp_path / "pred.csv"
+    path.write_text(text, encoding="utf-8")
+    read = read_predictions(str(path))
+    precise = precise_read(monkeypatch, path, read_predictions)
+    assert read.fnames == precise.fnames == ["x.wav", "y.wav"]
+    assert read.classes == precise.classes and np.array_equal(read.scores, precise.scores)
+    rows = [line for line in csv.reader(text.lstrip("\ufeff").splitlines()) if line]
+    at = rows[0].index("fname")
+    want = [[float(v) for k, v in enumerate(row) if k != at] for row in rows[1:]]
+    assert read.scores.tolist() == want
