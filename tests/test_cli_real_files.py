@@ -460,3 +460,23 @@ def test_files_the_compiled_reader_leaves_are_read_precisely(tmp_path, monkeypat
     at = rows[0].index("fname")
     want = [[float(v) for k, v in enumerate(row) if k != at] for row in rows[1:]]
     assert read.scores.tolist() == want
+
+
+def test_a_bad_file_is_reported_before_torch_is_imported(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    truth = tmp_path / "truth.csv"
+    truth.write_text('fname,labels\na.wav,"Bark,Dog"\n')
+    pred = tmp_path / "pred.csv"
+    pred.write_text("fname,Bark,Dog\na.wav,0.5,high\n")
+    code = (
+        "import sys\nfrom torch_lwlrap.cli import main\n"
+        f"status = main(['score', {str(truth)!r}, {str(pred)!r}])\n"
+        "print(status, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.split() == ["2", "False"], done.stderr
+    assert "'high' is not a number" in done.stderr

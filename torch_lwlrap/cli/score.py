@@ -69,10 +69,6 @@ def score_files(
         >>> [round(value, 4) for value in score.per_class]
         [0.6667, 1.0, 0.75]
     """
-    import torch
-
-    from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
-
     all_truth = read_truth(truth_path)
     pred = read_predictions(pred_path)
     truth = select_rows(all_truth, where)
@@ -86,6 +82,11 @@ def score_files(
             f"truth file {truth.path!r} has no positive label at all: lwlrap is undefined without one."
         )
     scores = pred.scores if len(kept_rows) == len(pred.fnames) else pred.scores[kept_rows]
+    # torch only now: a bad file is reported without waiting for it.
+    import torch
+
+    from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
+
     preds = torch.from_numpy(scores)  # float64
     target = torch.from_numpy(target_np)
     per_class, weights = multilabel_lwlrap_per_class(preds, target, ties=ties)
