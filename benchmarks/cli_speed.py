@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -54,13 +54,17 @@ def write_files(folder: Path, num_rows: int, num_classes: int) -> Dict[str, Path
             labels = rng.choice(num_classes, size=rng.integers(1, 4), replace=False)
             usage = "Public" if rng.random() < 0.3 else "Private"
             writer.writerow([fnames[i], ",".join(classes[j] for j in labels), usage, 100000 + i, "CC-BY"])
-    return {"pred": pred, "truth": truth}
+    # The same labels without the metadata columns, for versions of the command line that predate them.
+    plain = folder / "truth_fname_labels.csv"
+    with open(truth, newline="") as source, open(plain, "w", newline="") as handle:
+        csv.writer(handle, lineterminator="\n").writerows(row[:2] for row in csv.reader(source))
+    return {"pred": pred, "truth": truth, "plain_truth": plain}
 
 
-def timed(command: List[str]) -> Dict[str, float]:
+def timed(command: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -75,6 +79,12 @@ def main(argv=None) -> int:
     parser.add_argument("--classes", type=int, default=527)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="OUT.json", help="also write every timing to this file")
+    parser.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also time the command line of another checkout of torch_lwlrap (e.g. `git worktree add DIR COMMIT`), "
+        "run with PYTHONPATH=DIR on the truth without metadata columns",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as folder:
@@ -93,10 +103,15 @@ def main(argv=None) -> int:
                 str(args.classes),
             ],
         }
+        envs: Dict[str, Dict[str, str]] = {}
+        if args.before:
+            commands["before: score (fname,labels)"] = [sys.executable, "-m", "torch_lwlrap", "score",
+                                                        str(files["plain_truth"]), str(files["pred"]), "--json"]
+            envs["before: score (fname,labels)"] = {**os.environ, "PYTHONPATH": str(Path(args.before).resolve())}
         times: Dict[str, Dict[str, List[float]]] = {name: {"wall": [], "cpu": []} for name in commands}
         for repeat in range(args.repeats):
             for name, command in commands.items():
-                result = timed(command)
+                result = timed(command, envs.get(name))
                 times[name]["wall"].append(result["wall"])
                 times[name]["cpu"].append(result["cpu"])
                 if name == "torch-lwlrap score" and repeat == 0:
@@ -123,6 +138,9 @@ def main(argv=None) -> int:
     floor = {kind: medians["import torch"][kind] + medians["numpy loadtxt"][kind] for kind in ("wall", "cpu")}
     print(f"| floor: import torch + loadtxt | {floor['wall']:.2f} | {floor['cpu']:.2f} |")
     print(f"| **ratio** (goal <= {GOAL}x) | **{ratios['wall']:.2f}x** | **{ratios['cpu']:.2f}x** |")
+    for name, median in medians.items():
+        if name.startswith("before"):
+            print(f"| {name}: ratio | {median['wall'] / floor['wall']:.2f}x | {median['cpu'] / floor['cpu']:.2f}x |")
     print()
     print(f"lwlrap {score['lwlrap']:.6f} over {score['num_samples']:,} rows and {score['num_classes']} classes")
     if args.json:

@@ -214,6 +214,11 @@ def test_where_errors(tmp_path, capsys):
     wide = tmp_path / "wide.csv"
     wide.write_text("fname,Yell\na.wav,1\n")
     check_error(capsys, ["score", wide, pred, "--where", "usage=Public"], ["no metadata column", "wide"])
+    empty = tmp_path / "empty_private.csv"
+    empty.write_text('fname,labels,usage\na.wav,Yell,Public\nb.wav,,Private\n')
+    small = tmp_path / "small_pred.csv"
+    small.write_text("fname,Yell,Hi-hat\na.wav,0.5,0.2\nb.wav,0.1,0.3\n")
+    check_error(capsys, ["score", empty, small, "--where", "usage=Private"], ["no positive label", "usage=Private"])
     # A submission row that is in no truth row at all is still an error with --where.
     extra = pd.read_csv(pred)
     extra.loc[len(extra)] = ["stray.wav"] + [0.5] * (extra.shape[1] - 1)

@@ -78,8 +78,9 @@ def score_files(
     target_np, kept_rows = align(truth, pred, unselected=unselected)
     counts = target_np.sum(axis=0, dtype=np.int64)
     if counts.sum() == 0:
+        rows = "the truth rows selected by " + " ".join(f"--where {c}={v}" for c, v in where) if where else "it"
         raise CsvFormatError(
-            f"truth file {truth.path!r} has no positive label at all: lwlrap is undefined without one."
+            f"truth file {truth.path!r} has no positive label at all ({rows}): lwlrap is undefined without one."
         )
     scores = pred.scores if len(kept_rows) == len(pred.fnames) else pred.scores[kept_rows]
     # torch only now: a bad file is reported without waiting for it.
