@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 
@@ -61,10 +61,10 @@ def write_files(folder: Path, num_rows: int, num_classes: int) -> Dict[str, Path
     return {"pred": pred, "truth": truth, "plain_truth": plain}
 
 
-def timed(command: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
+def timed(command: List[str], cwd: Path = ROOT) -> Dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    done = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         "--before",
         metavar="DIR",
         help="also time the command line of another checkout of torch_lwlrap (e.g. `git worktree add DIR COMMIT`), "
-        "run with PYTHONPATH=DIR on the truth without metadata columns",
+        "run in DIR (so that `python -m torch_lwlrap` imports it) on the truth without metadata columns",
     )
     args = parser.parse_args(argv)
 
@@ -103,15 +103,15 @@ def main(argv=None) -> int:
                 str(args.classes),
             ],
         }
-        envs: Dict[str, Dict[str, str]] = {}
+        folders: Dict[str, Path] = {}
         if args.before:
             commands["before: score (fname,labels)"] = [sys.executable, "-m", "torch_lwlrap", "score",
                                                         str(files["plain_truth"]), str(files["pred"]), "--json"]
-            envs["before: score (fname,labels)"] = {**os.environ, "PYTHONPATH": str(Path(args.before).resolve())}
+            folders["before: score (fname,labels)"] = Path(args.before).resolve()  # `-m` imports from there
         times: Dict[str, Dict[str, List[float]]] = {name: {"wall": [], "cpu": []} for name in commands}
         for repeat in range(args.repeats):
             for name, command in commands.items():
-                result = timed(command, envs.get(name))
+                result = timed(command, folders.get(name, ROOT))
                 times[name]["wall"].append(result["wall"])
                 times[name]["cpu"].append(result["cpu"])
                 if name == "torch-lwlrap score" and repeat == 0:

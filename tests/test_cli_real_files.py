@@ -485,3 +485,30 @@ def test_a_bad_file_is_reported_before_torch_is_imported(tmp_path):
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.split() == ["2", "False"], done.stderr
     assert "'high' is not a number" in done.stderr
+
+
+@pytest.mark.slow
+def test_cli_speed_benchmark_runs_and_scores_its_files(tmp_path):
+    """benchmarks/cli_speed.py end to end on small files (no time is asserted); its lwlrap is the library's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchmarks.cli_speed import write_files
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "speed.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cli_speed", "--rows", "40", "--classes", "6", "--repeats", "1",
+         "--json", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| **ratio** (goal <= 1.5x) |" in done.stdout
+    result = json.loads(out.read_text())
+    files = write_files(tmp_path, 40, 6)  # deterministic: the files the benchmark scored
+    truth = pd.read_csv(files["truth"], keep_default_na=False)
+    pred = pd.read_csv(files["pred"]).set_index("fname").loc[truth["fname"]]
+    target = np.array([[int(c in labels.split(",")) for c in pred.columns] for labels in truth["labels"]])
+    want = label_ranking_average_precision_score(target, pred.to_numpy(), sample_weight=target.sum(axis=1))
+    assert result["lwlrap"] == pytest.approx(want, abs=1e-12)

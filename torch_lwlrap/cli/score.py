@@ -118,7 +118,8 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="score a submission CSV against a ground-truth CSV",
         description="Score a Kaggle-format submission against the ground truth: prints lwlrap (label-weighted "
         "label-ranking average precision) and LRAP. Rows are matched by fname and classes by column name, both "
-        "in any order; every fname must be in both files.",
+        "in any order; every fname must be in both files (with --where, every selected one). Truth columns "
+        "besides fname and labels are metadata: not scored, named in the report.",
         epilog="Exit status: 0 on success, 2 on a bad file or bad arguments (one line on stderr).",
     )
     parser.add_argument(
