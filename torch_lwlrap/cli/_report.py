@@ -275,7 +275,12 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
 
     plt = _pyplot()
     order = score.ranked(top)
-    title = f"{_ranked_title(score, top)} (overall lwlrap {score.lwlrap:.4f})"
+    if top is None:
+        title = f"per-class lwlrap (overall {score.lwlrap:.4f}), worst first"
+    else:
+        which = "worst" if top > 0 else "best"
+        scored = len(score.classes) - len(score.without_positive())
+        title = f"per-class lwlrap: the {len(order)} {which} of {scored} classes\n(overall lwlrap {score.lwlrap:.4f})"
     panels = max(1, math.ceil(len(order) / _BARS_PER_PANEL))
     if panels == 1:
         fig, axes = None, [None]
