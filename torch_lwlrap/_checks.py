@@ -106,6 +106,16 @@ def check_options(ties: str, ignore_index: Optional[int], average: Optional[str]
     check_average(average)
 
 
+def values_only(value):
+    """A tensor argument's values without its autograd history (``value.detach()``, no copy); anything else as is.
+
+    Scores straight from a training step carry gradients. Ranking reads values only: it must never build an
+    autograd graph or touch ``.grad``, and the numba path reads tensors as numpy arrays, which torch refuses for a
+    tensor that requires grad.
+    """
+    return value.detach() if isinstance(value, Tensor) else value
+
+
 def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
     """Checks that need no look at the values, hence no host-device sync: always run."""
     for name, value in (("preds", preds), ("target", target)):
