@@ -323,3 +323,118 @@ def test_triton_path_in_the_interpreter():
     result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"The interpreter run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
     assert " passed" in result.stdout and " failed" not in result.stdout, result.stdout[-3000:]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A Lightning run: training_step logs the metric's forward on grad-carrying logits, validation logs both metrics
+
+
+def _lightning_run(tmp_path, precision: str):
+    """Fit a linear tagger for 2 epochs of 4 steps on the CPU; returns the logged values and the logits behind them.
+
+    Validation runs under torch.inference_mode() (Lightning's default), its sanity check included, so the
+    validation metrics are updated, computed and reset there; the training metric is run outside it.
+    """
+    L = pytest.importorskip("lightning")
+    from lightning.pytorch.callbacks import Callback
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def dataset(seed: int, size: int) -> TensorDataset:
+        labels = _labels(seed, size, NUM_CLASSES)
+        features = labels.float() @ _features(seed + 1, NUM_CLASSES, NUM_FEATURES) + _features(seed + 2, size, NUM_FEATURES)
+        return TensorDataset(features, labels)
+
+    class Tagger(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _linear(40)
+            self.train_lwlrap = MultilabelLWLRAP(num_labels=NUM_CLASSES)
+            self.val_lwlrap = MultilabelLWLRAP(num_labels=NUM_CLASSES)
+            self.val_lrap = MultilabelLRAP(num_labels=NUM_CLASSES)
+            self.train_logits: List[Tuple[torch.Tensor, torch.Tensor]] = []
+            self.val_logits: List[List[Tuple[torch.Tensor, torch.Tensor]]] = []
+
+        def training_step(self, batch, batch_idx):
+            features, y = batch
+            logits = self.net(features)
+            assert logits.requires_grad
+            self.train_logits.append((logits.detach().clone(), y.clone()))
+            self.log("train_lwlrap", self.train_lwlrap(logits, y))
+            return nn.functional.binary_cross_entropy_with_logits(logits.float(), y.float())
+
+        def on_validation_epoch_start(self) -> None:
+            self.val_logits.append([])
+
+        def validation_step(self, batch, batch_idx):
+            features, y = batch
+            logits = self.net(features)
+            self.val_logits[-1].append((logits.clone(), y.clone()))
+            self.val_lwlrap.update(logits, y)
+            self.val_lrap.update(logits, y)
+            self.log("val_lwlrap", self.val_lwlrap, on_epoch=True)
+            self.log("val_lrap", self.val_lrap, on_epoch=True)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+        def train_dataloader(self):
+            return DataLoader(dataset(50, 48), batch_size=12, shuffle=False)
+
+        def val_dataloader(self):
+            return DataLoader(dataset(60, 30), batch_size=12)  # a partial last batch
+
+    class Record(Callback):
+        def __init__(self) -> None:
+            self.train: List[float] = []
+            self.val: List[Tuple[bool, float, float]] = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            self.train.append(trainer.callback_metrics["train_lwlrap"].item())
+
+        def on_validation_end(self, trainer, pl_module) -> None:
+            metrics = trainer.callback_metrics
+            if not trainer.sanity_checking:  # the sanity check's values are not logged
+                self.val.append((metrics["val_lwlrap"].item(), metrics["val_lrap"].item()))
+
+    model, record = Tagger(), Record()
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        precision=precision,
+        num_sanity_val_steps=1,
+        logger=False,
+        callbacks=[record],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    start = [p.detach().clone() for p in model.net.parameters()]
+    trainer.fit(model)
+    trained = any(not torch.equal(a, b) for a, b in zip(start, model.net.parameters()))
+    return record, model, trained
+
+
+# Lightning's own advice (workers, logging intervals) and its deprecation notices; the library's warnings still fail.
+@pytest.mark.filterwarnings("ignore::UserWarning:lightning")
+@pytest.mark.filterwarnings("ignore::FutureWarning:lightning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:lightning")
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_lightning_training_step_logs_the_metric_on_grad_carrying_logits(tmp_path, precision):
+    record, model, trained = _lightning_run(tmp_path, precision)
+    assert trained, "the optimizer never stepped: the loss lost its graph"
+    # Every training step logged the lwlrap of its own batch, from logits that carried gradients.
+    assert len(record.train) == len(model.train_logits) == 8
+    for logged, (logits, y) in zip(record.train, model.train_logits):
+        assert logits.dtype == (torch.bfloat16 if precision == "bf16-mixed" else torch.float32)
+        assert logged == pytest.approx(naive_lwlrap(logits.double(), y), rel=REL, abs=REL)
+    # Every validation epoch logged both metrics over the whole validation set (sanity check excluded: index 0).
+    assert len(record.val) == 2 and len(model.val_logits) == 3
+    for (lwlrap, lrap), batches in zip(record.val, model.val_logits[1:]):
+        logits = torch.cat([b[0] for b in batches]).double()
+        y = torch.cat([b[1] for b in batches])
+        assert logits.shape == (30, NUM_CLASSES)
+        assert lwlrap == pytest.approx(naive_lwlrap(logits, y), rel=REL, abs=REL)
+        assert lrap == pytest.approx(naive_lrap(logits, y), rel=REL, abs=REL)
+    assert record.val[0] != record.val[1]  # the model changed between the epochs
