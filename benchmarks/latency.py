@@ -11,7 +11,7 @@ process warms up and then times single ``update`` calls: mean, p50, p90 and p99 
 script starts them, bounds them (they stop by themselves after ``--busy-limit`` seconds) and stops them.
 
 Run ``python -m benchmarks.latency`` (about 10 minutes on 2 cores; ``--quick`` for a smoke run). It prints the
-tables and writes ``<out>/latency.json`` and ``<out>/latency.md`` (``--out``, default a scratch folder).
+tables and writes ``<out>/latency.json`` and ``<out>/latency.md`` (``--out``, default the git-ignored scratch folder of ``benchmarks/run.py``).
 
 Batches are float32 scores and float32 0/1 targets (as a ``BCEWithLogitsLoss`` loop has them) with 1 to 3
 positive labels per row.
@@ -25,10 +25,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
+
+from benchmarks.run import SCRATCH_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,9 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--loads", default="idle,busy", help="comma-separated: idle, busy")
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated: numba, torch, torchmetrics")
     parser.add_argument("--busy-limit", type=float, default=1800, help="seconds after which busy processes stop")
-    parser.add_argument(
-        "--out", type=Path, default=Path(tempfile.gettempdir()) / "torch_lwlrap_benchmarks", help="output folder"
-    )
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR, help=f"output folder (default {SCRATCH_DIR})")
     args = parser.parse_args(argv)
     if args.child:
         path, threading, rows, classes, seconds = args.child

@@ -132,3 +132,29 @@ def test_latency_benchmark_runs_each_case_in_a_fresh_process(tmp_path):
         assert 0 < record["p50"] <= record["p90"] <= record["p99"]
         assert record["torch_threads"] == 1 if record["threading"] == "one" else record["torch_threads"] >= 1
     assert "| 2048 x 527 | numba |" in (tmp_path / "latency.md").read_text()
+
+
+@pytest.mark.parametrize("module", ["benchmarks.run", "benchmarks.crossover", "benchmarks.latency"])
+def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
+    # Without --out a run must never overwrite the committed results in benchmarks/results.
+    import argparse
+    import importlib
+
+    from benchmarks.run import RESULTS_DIR, SCRATCH_DIR
+
+    seen = {}
+    parse_args = argparse.ArgumentParser.parse_args
+
+    def stop(self, args=None, namespace=None):
+        seen["out"] = parse_args(self, args, namespace).out
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main([])
+    assert seen["out"] == SCRATCH_DIR != RESULTS_DIR
+    if (ROOT / ".git").exists():
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(SCRATCH_DIR / "cpu.json")], cwd=ROOT)
+        assert ignored.returncode == 0, f"{SCRATCH_DIR} is not git-ignored"
+        tracked = subprocess.run(["git", "ls-files", str(RESULTS_DIR)], cwd=ROOT, capture_output=True, text=True)
+        assert "cpu.json" in tracked.stdout  # the committed results stay where README and RESULTS.md link
