@@ -628,7 +628,6 @@ def label_counts_numba(
         raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
     num_samples, num_classes = preds.shape
     sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
-    _use_torch_threads()
     scores = preds if preds.dtype in (torch.float32, torch.float64) else preds.to(torch.float32)
     scores = scores.contiguous()
     positives = positive.contiguous()
@@ -640,7 +639,7 @@ def label_counts_numba(
     per_row = np.zeros(num_samples, dtype=np.int64)
     known_count = torch.empty(num_samples, dtype=torch.int64)
     args = (positive_bytes, positive_words, head, knowns, known is not None, num_classes, block_rows)
-    _count_positives(*args, per_row, known_count.numpy())
+    _run(_count_positives, num_samples * num_classes, *args, per_row, known_count.numpy())
     offsets = np.zeros(num_samples + 1, dtype=np.int64)
     np.cumsum(per_row, out=offsets[1:])
     total = int(offsets[-1])
@@ -649,8 +648,8 @@ def label_counts_numba(
     fields = [torch.empty(total, dtype=torch.int32) for _ in range(6)]
     nan_flags = np.zeros(blocks, dtype=np.uint8)
     if num_samples and num_classes:
-        _count_rows(
-            scores.numpy(), *args, sort_above, offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
+        _run(
+            _count_rows, num_samples * num_classes, scores.numpy(), *args, sort_above, offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
             check_nan, nan_flags,
         )
     counts = LabelCounts(torch.ones(total, dtype=torch.bool), *fields)
@@ -672,7 +671,7 @@ if numba is not None:
                 kept += 1
         return kept
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @_parallel_and_serial
     def _count_positives(flags, words, head, known, has_known, num_classes, block_rows, per_row, known_count):
         """Known positives and known labels of each row."""
         num_samples = per_row.shape[0]
@@ -759,7 +758,7 @@ if numba is not None:
             slot_of_column[q] = q
         _sorted_counts(values, num_positives, slot_of_column, at, above_positive, tied_positive, positive_before)
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @_parallel_and_serial
     def _count_rows(
         scores,
         flags,

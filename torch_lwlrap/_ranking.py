@@ -639,8 +639,8 @@ def label_counts_chunks(
     """
     from torch_lwlrap._checks import formatted_chunks
 
-    budget = _chunk_elements or COUNTS_CHUNK_ELEMENTS
-    name = _compiled_path(_engine, preds.device, preds.dtype)[0]
+    budget = forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS
+    name = _compiled_path(get_engine(), preds.device, preds.dtype)[0]
     first_row = 0
     for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, name == "numba"):
         yield first_row, label_counts(scores, positive, known)
@@ -651,7 +651,7 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
     """Dense ``(n, C)`` :class:`LabelCounts` of one chunk of ranking inputs (as :func:`ranking_sums` takes them)."""
     if known is not None:
         positive = positive & known
-    if _compiled_path(_engine, preds.device, preds.dtype)[0] != "numba":
+    if _compiled_path(get_engine(), preds.device, preds.dtype)[0] != "numba":
         return dense_label_counts(preds, positive, known)
     from torch_lwlrap import _numba_kernel
 
