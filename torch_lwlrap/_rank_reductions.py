@@ -1,0 +1,263 @@
+"""The ranking metrics beside lwlrap, as reductions over each positive label's counts.
+
+The engine (:func:`torch_lwlrap._ranking.label_counts_chunks`) gives, for every positive label ``j`` of a sample
+``i`` (ignored labels removed from the row), how many labels score strictly higher, how many tie with it, and how
+many of those are positive. Each tie rule turns them into the label's rank and the positives ranked at or above it:
+
+* ``ties="max"``: ``rank_ij = above + tied`` (every label of a tie group takes the group's last position) and
+  ``L_ij = above_positive + tied_positive``;
+* ``ties="index"``: ``rank_ij = above + tied_before + 1`` (tied labels ordered by column) and
+  ``L_ij = above_positive + tied_positive_before + 1``.
+
+Every metric here is a per-sample function of these ranks and of the sample's numbers of positives ``m_i`` and of
+labels ``K_i`` (ignored labels not counted), summed over samples with optional weights: :func:`chunk_sums` returns
+those sums for one chunk of samples, under the state names the metric classes accumulate. One pass of the engine
+serves any subset of the metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+try:  # the engine's per-positive counts
+    from torch_lwlrap._ranking import LabelCounts, label_counts_chunks, label_precision  # noqa: F401
+except ImportError:  # pragma: no cover - until the primitive lands on main
+    from torch_lwlrap._label_counts_standin import LabelCounts, label_counts_chunks, label_precision  # noqa: F401
+
+#: Metrics :func:`chunk_sums` can reduce, in the order of their states.
+RANKING_METRICS = ("coverage_error", "ranking_loss", "one_error", "retrieval", "lwlrap", "lrap")
+
+#: Retrieval metrics at k, in the order of their states.
+RETRIEVAL_METRICS = ("hit", "precision", "recall", "ap", "rr", "ndcg")
+
+#: What a retrieval metric does with a sample without any positive label.
+EMPTY_TARGET = ("zero", "skip")
+
+#: Tie rules of these metrics.
+RANK_TIES = ("max", "index")
+
+
+class RankingSpec(NamedTuple):
+    """What :func:`chunk_sums` reduces: a subset of :data:`RANKING_METRICS`, the k's and retrieval metrics."""
+
+    metrics: Tuple[str, ...]
+    ties: str = "max"
+    ks: Tuple[int, ...] = ()
+    retrieval: Tuple[str, ...] = ()
+
+
+def state_shapes(spec: RankingSpec, num_labels: int) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+    """``{state name: (shape, dtype)}`` of the sums :func:`chunk_sums` returns for ``spec``."""
+    f64 = torch.float64
+    shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
+    for name in ("coverage_error", "ranking_loss", "one_error"):
+        if name in spec.metrics:
+            shapes[f"{name}_sum"] = ((), f64)
+            shapes[f"{name}_weight"] = ((), f64)
+    if "retrieval" in spec.metrics:
+        for name in spec.retrieval:
+            shapes[f"retrieval_{name}_sum"] = ((len(spec.ks),), f64)
+        shapes["retrieval_weight"] = ((), f64)
+        shapes["retrieval_query_weight"] = ((), f64)
+    if "lwlrap" in spec.metrics:
+        shapes["lwlrap_precision_sum"] = ((num_labels,), f64)
+        shapes["lwlrap_label_count"] = ((num_labels,), torch.int64)
+    if "lrap" in spec.metrics:
+        shapes["lrap_score_sum"] = ((), f64)
+        shapes["lrap_weight"] = ((), f64)
+    return shapes
+
+
+def needs_known_count(spec: RankingSpec) -> bool:
+    """Whether :func:`chunk_sums` needs each sample's number of labels (the others need only the positives)."""
+    return "ranking_loss" in spec.metrics or "lrap" in spec.metrics
+
+
+def ranks(counts: LabelCounts, ties: str) -> Tuple[Tensor, Tensor]:
+    """``(rank, L)``: dense ``(n, C)`` int64 tensors, meaningful where ``counts.positive``."""
+    if ties == "max":
+        return counts.above + counts.tied, counts.above_positive + counts.tied_positive
+    if ties == "index":
+        return counts.above + counts.tied_before + 1, counts.above_positive + counts.tied_positive_before + 1
+    raise ValueError(f"Argument `ties` must be one of {RANK_TIES} for these metrics, but got {ties!r}.")
+
+
+def ideal_dcg(max_count: int, device: torch.device) -> Tensor:
+    """``(max_count + 1,)`` float64: ``[0, 1, 1 + 1/log2(3), ...]``, the DCG of ``n`` positives ranked first."""
+    position = torch.arange(2, max_count + 2, dtype=torch.float64, device=device)
+    return torch.cat([torch.zeros(1, dtype=torch.float64, device=device), (1.0 / torch.log2(position)).cumsum(0)])
+
+
+def chunk_sums(
+    counts: LabelCounts, known_count: Optional[Tensor], weight: Optional[Tensor], spec: RankingSpec
+) -> Dict[str, Tensor]:
+    """Weighted per-sample sums of the metrics of ``spec`` over one chunk of samples.
+
+    Args:
+        counts: the chunk's :class:`LabelCounts` (``(n, C)``).
+        known_count: ``(n,)`` labels per sample that are not ignored, or None when none is (``C``); needed only
+            when :func:`needs_known_count`.
+        weight: ``(n,)`` non-negative sample weights, or None (each sample weighs 1).
+        spec: the metrics.
+
+    Returns:
+        ``{state name: sum}`` as in :func:`state_shapes`. No host-device sync.
+    """
+    positive = counts.positive
+    num_samples, num_classes = positive.shape
+    device = positive.device
+    f64 = torch.float64
+    w = None if weight is None else weight.to(f64)
+
+    def total(values: Tensor) -> Tensor:  # (n, ...) -> weighted sum over samples
+        if w is None:
+            return values.sum(0)
+        return (values * w.reshape((-1,) + (1,) * (values.ndim - 1))).sum(0)
+
+    weight_sum = torch.full((), num_samples, dtype=f64, device=device) if w is None else w.sum()
+    out: Dict[str, Tensor] = {}
+    metrics = spec.metrics
+    positive_count = positive.sum(1, dtype=torch.int64)
+    rank = hits = None
+    if any(name in metrics for name in ("coverage_error", "ranking_loss", "one_error", "retrieval")):
+        rank, hits = ranks(counts, spec.ties)
+    if "coverage_error" in metrics:
+        # The largest rank of a positive (0 for a sample without positive).
+        worst = torch.where(positive, rank, 0).amax(1) if num_classes else positive_count
+        out["coverage_error_sum"] = total(worst.to(f64))
+        out["coverage_error_weight"] = weight_sum
+    if "ranking_loss" in metrics:
+        # rank - L: the negatives ranked at or above the positive ("max") or strictly ahead of it ("index").
+        wrong = torch.where(positive, rank - hits, 0).sum(1, dtype=torch.int64)
+        known = torch.full_like(positive_count, num_classes) if known_count is None else known_count
+        pairs = positive_count * (known - positive_count)
+        loss = torch.where(pairs > 0, wrong.to(f64) / pairs.clamp(min=1).to(f64), 0.0)
+        out["ranking_loss_sum"] = total(loss)
+        out["ranking_loss_weight"] = weight_sum
+    best = None
+    if "one_error" in metrics or "retrieval" in metrics:
+        best = torch.where(positive, rank, num_classes + 1).amin(1) if num_classes else positive_count + 1
+    if "one_error" in metrics:
+        out["one_error_sum"] = total((best != 1).to(f64))
+        out["one_error_weight"] = weight_sum
+    if "retrieval" in metrics:
+        out.update(_retrieval_sums(positive, rank, hits, positive_count, best, spec, total))
+        out["retrieval_weight"] = weight_sum
+        out["retrieval_query_weight"] = total((positive_count > 0).to(f64))
+    if "lwlrap" in metrics or "lrap" in metrics:
+        precision = label_precision(counts, spec.ties)
+        if "lwlrap" in metrics:
+            out["lwlrap_precision_sum"] = precision.sum(0)
+            out["lwlrap_label_count"] = positive.sum(0, dtype=torch.int64)
+        if "lrap" in metrics:
+            known = torch.full_like(positive_count, num_classes) if known_count is None else known_count
+            # scikit-learn's convention: a sample with no positive, or only positives, scores 1.
+            trivial = (positive_count == 0) | (positive_count == known)
+            score = torch.where(trivial, 1.0, precision.sum(1) / positive_count.clamp(min=1).to(f64))
+            out["lrap_score_sum"] = total(score)
+            out["lrap_weight"] = weight_sum
+    return out
+
+
+def _retrieval_sums(positive, rank, hits, positive_count, best, spec: RankingSpec, total) -> Dict[str, Tensor]:
+    """``{"retrieval_<name>_sum": (len(ks),)}``: per-sample values at each k, summed over samples."""
+    f64 = torch.float64
+    device = positive.device
+    wanted = spec.retrieval
+    ks = torch.tensor(spec.ks, dtype=torch.int64).to(device)  # from host memory: no sync
+    count = positive_count.to(f64).unsqueeze(1)  # (n, 1)
+    top = best.unsqueeze(1) <= ks  # (n, K): the best positive is in the top k
+    values: Dict[str, Tensor] = {}
+    if "hit" in wanted:
+        values["hit"] = top.to(f64)
+    if "rr" in wanted:
+        values["rr"] = torch.where(top, 1.0 / best.clamp(min=1).to(f64).unsqueeze(1), 0.0)
+    if any(name in wanted for name in ("precision", "recall", "ap", "ndcg")):
+        found, ap_sum, dcg = [], [], []
+        precision = torch.where(positive, hits.to(f64) / rank.clamp(min=1).to(f64), 0.0) if "ap" in wanted else None
+        gain = torch.where(positive, 1.0 / torch.log2(rank.to(f64) + 1.0), 0.0) if "ndcg" in wanted else None
+        for k in spec.ks:
+            in_top = positive & (rank <= k)
+            found.append(in_top.sum(1, dtype=torch.int64))
+            if precision is not None:
+                ap_sum.append(torch.where(in_top, precision, 0.0).sum(1))
+            if gain is not None:
+                dcg.append(torch.where(in_top, gain, 0.0).sum(1))
+        found_k = torch.stack(found, 1).to(f64)  # (n, K)
+        if "precision" in wanted:
+            values["precision"] = found_k / ks.to(f64)
+        if "recall" in wanted:
+            values["recall"] = found_k / count.clamp(min=1)
+        cutoff = torch.minimum(positive_count.unsqueeze(1), ks)  # min(m, k)
+        if "ap" in wanted:
+            values["ap"] = torch.stack(ap_sum, 1) / cutoff.clamp(min=1).to(f64)
+        if "ndcg" in wanted:
+            ideal = ideal_dcg(max(spec.ks), device).index_select(0, cutoff.reshape(-1)).view_as(cutoff)
+            values["ndcg"] = torch.where(cutoff > 0, torch.stack(dcg, 1) / ideal.clamp(min=1e-300), 0.0)
+    return {f"retrieval_{name}_sum": total(values[name]) for name in wanted}
+
+
+def finish(spec: RankingSpec, state: Dict[str, Tensor], empty_target: str = "zero") -> Dict[str, Tensor]:
+    """Scores from accumulated sums: ``{metric: value}`` (``"name@k"`` for retrieval); NaN where undefined."""
+    out: Dict[str, Tensor] = {}
+    for name in ("coverage_error", "ranking_loss", "one_error"):
+        if name in spec.metrics:
+            out[name] = _ratio(state[f"{name}_sum"], state[f"{name}_weight"])
+    if "retrieval" in spec.metrics:
+        denominator = state["retrieval_query_weight" if empty_target == "skip" else "retrieval_weight"]
+        for name in spec.retrieval:
+            values = _ratio(state[f"retrieval_{name}_sum"], denominator)
+            for i, k in enumerate(spec.ks):
+                out[f"{name}@{k}"] = values[i]
+    if "lwlrap" in spec.metrics:
+        count = state["lwlrap_label_count"].sum()
+        out["lwlrap"] = _ratio(state["lwlrap_precision_sum"].sum(), count.to(torch.float64))
+    if "lrap" in spec.metrics:
+        out["lrap"] = _ratio(state["lrap_score_sum"], state["lrap_weight"])
+    return out
+
+
+def _ratio(value: Tensor, weight: Tensor) -> Tensor:
+    # NaN where the weight is 0 (no sample, or no positive for lwlrap); no host-device sync.
+    return torch.where(weight > 0, value / torch.where(weight > 0, weight, 1.0), math.nan)
+
+
+def check_ks(k) -> Tuple[int, ...]:
+    """``k`` (an int or a sequence of ints >= 1) as a tuple."""
+    ks = (k,) if isinstance(k, int) and not isinstance(k, bool) else k
+    try:
+        ks = tuple(ks)
+    except TypeError:
+        ks = None
+    if not ks or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in ks):
+        raise ValueError(f"Argument `k` must be a positive integer or a non-empty sequence of them, but got {k!r}.")
+    if len(set(ks)) != len(ks):
+        raise ValueError(f"Argument `k` must not repeat a value, but got {k!r}.")
+    return ks
+
+
+def check_retrieval_metrics(metrics: Sequence[str]) -> Tuple[str, ...]:
+    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    bad = [name for name in names if name not in RETRIEVAL_METRICS]
+    if not names or bad or len(set(names)) != len(names):
+        raise ValueError(
+            f"Argument `metrics` must be a non-empty subset of {RETRIEVAL_METRICS} without repeats, but got "
+            f"{metrics!r}."
+        )
+    return tuple(name for name in RETRIEVAL_METRICS if name in names)
+
+
+def check_empty_target(empty_target: str) -> str:
+    if empty_target not in EMPTY_TARGET:
+        raise ValueError(f"Argument `empty_target` must be one of {EMPTY_TARGET}, but got {empty_target!r}.")
+    return empty_target
+
+
+def check_rank_ties(ties: str) -> str:
+    if ties not in RANK_TIES:
+        raise ValueError(f"Argument `ties` must be one of {RANK_TIES} for the ranking metrics, but got {ties!r}.")
+    return ties
