@@ -166,39 +166,34 @@ def chunk_sums(
 def _retrieval_sums(positive, rank, hits, positive_count, best, spec: RankingSpec, total) -> Dict[str, Tensor]:
     """``{"retrieval_<name>_sum": (len(ks),)}``: per-sample values at each k, summed over samples."""
     f64 = torch.float64
-    device = positive.device
     wanted = spec.retrieval
-    ks = torch.tensor(spec.ks, dtype=torch.int64).to(device)  # from host memory: no sync
-    count = positive_count.to(f64).unsqueeze(1)  # (n, 1)
-    top = best.unsqueeze(1) <= ks  # (n, K): the best positive is in the top k
-    values: Dict[str, Tensor] = {}
-    if "hit" in wanted:
-        values["hit"] = top.to(f64)
-    if "rr" in wanted:
-        values["rr"] = torch.where(top, 1.0 / best.clamp(min=1).to(f64).unsqueeze(1), 0.0)
-    if any(name in wanted for name in ("precision", "recall", "ap", "ndcg")):
-        found, ap_sum, dcg = [], [], []
-        precision = torch.where(positive, hits.to(f64) / rank.clamp(min=1).to(f64), 0.0) if "ap" in wanted else None
-        gain = torch.where(positive, 1.0 / torch.log2(rank.to(f64) + 1.0), 0.0) if "ndcg" in wanted else None
-        for k in spec.ks:
-            in_top = positive & (rank <= k)
-            found.append(in_top.sum(1, dtype=torch.int64))
-            if precision is not None:
-                ap_sum.append(torch.where(in_top, precision, 0.0).sum(1))
-            if gain is not None:
-                dcg.append(torch.where(in_top, gain, 0.0).sum(1))
-        found_k = torch.stack(found, 1).to(f64)  # (n, K)
+    count = positive_count.to(f64).clamp(min=1)
+    precision = torch.where(positive, hits.to(f64) / rank.clamp(min=1).to(f64), 0.0) if "ap" in wanted else None
+    gain = torch.where(positive, 1.0 / torch.log2(rank.to(f64) + 1.0), 0.0) if "ndcg" in wanted else None
+    ideal = ideal_dcg(max(spec.ks), positive.device) if gain is not None else None
+    values: Dict[str, list] = {name: [] for name in wanted}
+    for k in spec.ks:  # k stays a Python int: no tensor copied from the host
+        top = best <= k  # the best positive is in the top k
+        if "hit" in wanted:
+            values["hit"].append(top.to(f64))
+        if "rr" in wanted:
+            values["rr"].append(torch.where(top, 1.0 / best.clamp(min=1).to(f64), 0.0))
+        if not any(name in wanted for name in ("precision", "recall", "ap", "ndcg")):
+            continue
+        in_top = positive & (rank <= k)
+        found = in_top.sum(1, dtype=torch.int64).to(f64)
+        cutoff = positive_count.clamp(max=k)  # min(m, k)
         if "precision" in wanted:
-            values["precision"] = found_k / ks.to(f64)
+            values["precision"].append(found / k)
         if "recall" in wanted:
-            values["recall"] = found_k / count.clamp(min=1)
-        cutoff = torch.minimum(positive_count.unsqueeze(1), ks)  # min(m, k)
-        if "ap" in wanted:
-            values["ap"] = torch.stack(ap_sum, 1) / cutoff.clamp(min=1).to(f64)
-        if "ndcg" in wanted:
-            ideal = ideal_dcg(max(spec.ks), device).index_select(0, cutoff.reshape(-1)).view_as(cutoff)
-            values["ndcg"] = torch.where(cutoff > 0, torch.stack(dcg, 1) / ideal.clamp(min=1e-300), 0.0)
-    return {f"retrieval_{name}_sum": total(values[name]) for name in wanted}
+            values["recall"].append(found / count)
+        if precision is not None:
+            values["ap"].append(torch.where(in_top, precision, 0.0).sum(1) / cutoff.clamp(min=1).to(f64))
+        if gain is not None:
+            dcg = torch.where(in_top, gain, 0.0).sum(1)
+            best_dcg = ideal.index_select(0, cutoff)
+            values["ndcg"].append(torch.where(cutoff > 0, dcg / torch.where(cutoff > 0, best_dcg, 1.0), 0.0))
+    return {f"retrieval_{name}_sum": total(torch.stack(values[name], 1)) for name in wanted}
 
 
 def finish(spec: RankingSpec, state: Dict[str, Tensor], empty_target: str = "zero") -> Dict[str, Tensor]:
