@@ -140,7 +140,9 @@ def chunk_sums(
         out["ranking_loss_weight"] = weight_sum
     best = None
     if "one_error" in metrics or "retrieval" in metrics:
-        best = torch.where(positive, rank, num_classes + 1).amin(1) if num_classes else positive_count + 1
+        # The best rank of a positive; without positive, a rank beyond any k.
+        never = torch.iinfo(rank.dtype).max
+        best = torch.where(positive, rank, never).amin(1) if num_classes else torch.full_like(positive_count, never)
     if "one_error" in metrics:
         out["one_error_sum"] = total((best != 1).to(f64))
         out["one_error_weight"] = weight_sum
