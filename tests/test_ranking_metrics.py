@@ -433,3 +433,92 @@ def test_lightning_validation_and_training_steps_on_grad_carrying_logits(tmp_pat
     assert logged["lwlrap"].item() == pytest.approx(naive_lwlrap(p, t), abs=1e-6)
     assert logged["ranking_loss"].item() == pytest.approx(naive_ranking_loss(p, t), abs=1e-6)
     assert logged["precision@3"].item() == pytest.approx(naive_retrieval(p, t, (3,))["precision@3"], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DDP: two gloo processes agree with one process over all the data
+
+DDP_SHARDS = {"uneven": {0: [0, 1, 2], 1: [3]}, "rank 1 idle": {0: [0, 1, 2, 3], 1: []}}
+
+
+def ddp_batches():
+    return [tie_heavy(20 + i, n=n, ignore_index=-1) for i, n in enumerate((9, 14, 7, 25))]
+
+
+def ddp_metrics():
+    return {
+        "all": MultilabelRankingMetrics(6, k=(1, 3), ignore_index=-1),
+        "retrieval-skip": MultilabelRetrievalAtK(6, (2, 7), empty_target="skip", ties="index", ignore_index=-1),
+        "ranking_loss": MultilabelRankingLoss(6, ignore_index=-1),
+    }
+
+
+def _ddp_worker(rank: int, init_file: str, out_dir: str) -> None:
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
+    batches = ddp_batches()
+    results = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an idle rank's compute warns that update was never called
+        for scenario, shards in DDP_SHARDS.items():
+            for name, metric in ddp_metrics().items():
+                for index in shards[rank]:
+                    preds, target, weight = batches[index]
+                    metric.update(preds, target, sample_weight=weight)
+                results[scenario, name] = metric.compute()
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ddp_results(tmp_path_factory):
+    import time
+
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("needs gloo")
+    out_dir = tmp_path_factory.mktemp("ranking_ddp")
+    context = mp.start_processes(
+        _ddp_worker, args=(str(out_dir / "init"), str(out_dir)), nprocs=2, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + 120
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("the two ranks did not finish within 120 s")
+    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(2)]
+
+
+@pytest.mark.parametrize("scenario", list(DDP_SHARDS))
+def test_ddp_every_rank_computes_the_value_over_all_shards(ddp_results, scenario):
+    batches = ddp_batches()
+    used = [batches[i] for rank in range(2) for i in DDP_SHARDS[scenario][rank]]
+    preds = torch.cat([b[0] for b in used]).numpy()
+    target = torch.cat([b[1] for b in used]).numpy()
+    weight = torch.cat([b[2] for b in used]).numpy()
+    want = {
+        "all": {
+            "coverage_error": naive_coverage_error(preds, target, "max", -1, weight),
+            "ranking_loss": naive_ranking_loss(preds, target, "max", -1, weight),
+            "one_error": naive_one_error(preds, target, "max", -1, weight),
+            "lwlrap": naive_lwlrap(preds, target, "max", -1),
+            "lrap": naive_lrap(preds, target, "max", -1, weight),
+            **naive_retrieval(preds, target, (1, 3), "max", -1, weight),
+        },
+        "retrieval-skip": naive_retrieval(preds, target, (2, 7), "index", -1, weight, "skip"),
+        "ranking_loss": naive_ranking_loss(preds, target, "max", -1, weight),
+    }
+    for rank, results in enumerate(ddp_results):
+        for name, expected in want.items():
+            assert_value(results[scenario, name], expected, f"rank {rank}, {scenario}, {name}")
