@@ -184,6 +184,23 @@ def test_the_collection_ranks_each_batch_once(monkeypatch):
     assert len(calls) == 1
 
 
+def test_masked_cells_give_the_sums_of_gathered_positives(monkeypatch):
+    """Off the CPU the reductions mask every cell instead of gathering the positives (no host-device sync)."""
+    from torch_lwlrap import _rank_reductions
+
+    preds, target, weight = tie_heavy(15, n=60, c=7, ignore_index=-1)
+    options = dict(k=(1, 3, 8), ignore_index=-1)
+    gathered = MultilabelRankingMetrics(7, **options)
+    gathered.update(preds, target, sample_weight=weight)
+    monkeypatch.setattr(_rank_reductions, "GATHER_DEVICES", ())
+    masked = MultilabelRankingMetrics(7, **options)
+    masked.update(preds, target, sample_weight=weight)
+    want = gathered.compute()
+    assert want["one_error"] > 0 and want["coverage_error"] > 0
+    for name, value in masked.compute().items():
+        close(value, want[name].item(), name)
+
+
 @pytest.mark.parametrize("engine", ["sort", "count", "numba"])
 def test_chunks_and_engine_paths_give_the_same_sums(engine):
     preds, target, weight = tie_heavy(9, n=70, c=5, ignore_index=-1, extra=(2,))

@@ -23,6 +23,8 @@ from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap._ranking import _true_indices
+
 try:  # the engine's per-positive counts
     from torch_lwlrap._ranking import LabelCounts, label_counts_chunks, label_precision  # noqa: F401
 except ImportError:  # pragma: no cover - until the primitive lands on main
@@ -36,6 +38,9 @@ RETRIEVAL_METRICS = ("hit", "precision", "recall", "ap", "rr", "ndcg")
 
 #: What a retrieval metric does with a sample without any positive label.
 EMPTY_TARGET = ("zero", "skip")
+
+#: Devices on which :func:`positive_entries` gathers the positives (elsewhere it masks every cell).
+GATHER_DEVICES = ("cpu",)
 
 #: Tie rules of these metrics.
 RANK_TIES = ("max", "index")
@@ -92,6 +97,42 @@ def ideal_dcg(max_count: int, device: torch.device) -> Tensor:
     return torch.cat([torch.zeros(1, dtype=torch.float64, device=device), (1.0 / torch.log2(position)).cumsum(0)])
 
 
+class PositiveEntries(NamedTuple):
+    """The counts of a chunk's positives as flat vectors, for per-sample reductions by index."""
+
+    counts: LabelCounts  #: every field ``(P,)``
+    rows: Tensor  #: (P,) int64, sample in the chunk
+    cols: Tensor  #: (P,) int64, label
+    valid: Optional[Tensor]  #: (P,) bool, the entries that are positives; None when all are
+    positive_count: Tensor  #: (n,) int64, positives per sample
+    num_rows: int
+    num_classes: int
+
+
+def positive_entries(counts: LabelCounts) -> PositiveEntries:
+    """The positives of a chunk's dense counts as flat vectors.
+
+    On the CPU only the positives are gathered (labels are sparse: the reductions then cost ``O(P)``, not
+    ``O(N C)``). Elsewhere every cell is kept and masked: the number of positives is not known on the host without
+    a host-device sync.
+    """
+    positive = counts.positive
+    num_rows, num_classes = positive.shape
+    device = positive.device
+    if device.type in GATHER_DEVICES:
+        cells = _true_indices(positive)
+        flat = LabelCounts(*(field.reshape(-1).index_select(0, cells) for field in counts))
+        valid = None
+        positive_count = torch.bincount(cells.div(max(num_classes, 1), rounding_mode="floor"), minlength=num_rows)
+    else:
+        cells = torch.arange(positive.numel(), device=device)
+        flat = LabelCounts(*(field.reshape(-1) for field in counts))
+        valid = flat.positive
+        positive_count = positive.sum(1, dtype=torch.int64)
+    rows = cells.div(max(num_classes, 1), rounding_mode="floor")
+    return PositiveEntries(flat, rows, cells - rows * num_classes, valid, positive_count, num_rows, num_classes)
+
+
 def chunk_sums(
     counts: LabelCounts, known_count: Optional[Tensor], weight: Optional[Tensor], spec: RankingSpec
 ) -> Dict[str, Tensor]:
@@ -105,11 +146,12 @@ def chunk_sums(
         spec: the metrics.
 
     Returns:
-        ``{state name: sum}`` as in :func:`state_shapes`. No host-device sync.
+        ``{state name: sum}`` as in :func:`state_shapes`. No host-device sync off the CPU.
     """
-    positive = counts.positive
-    num_samples, num_classes = positive.shape
-    device = positive.device
+    entries = positive_entries(counts)
+    num_samples, num_classes = entries.num_rows, entries.num_classes
+    rows, valid, positive_count = entries.rows, entries.valid, entries.positive_count
+    device = rows.device
     f64 = torch.float64
     w = None if weight is None else weight.to(f64)
 
@@ -118,61 +160,72 @@ def chunk_sums(
             return values.sum(0)
         return (values * w.reshape((-1,) + (1,) * (values.ndim - 1))).sum(0)
 
+    def masked(values: Tensor, fill) -> Tensor:
+        return values if valid is None else torch.where(valid, values, fill)
+
+    def per_sample(values: Tensor, how: str = "sum", init=0) -> Tensor:  # (P,) -> (n,)
+        out = torch.full((num_samples,), init, dtype=values.dtype, device=device)
+        if how == "sum":
+            return out.index_add_(0, rows, masked(values, 0))
+        return out.scatter_reduce_(0, rows, masked(values, init), how)
+
     weight_sum = torch.full((), num_samples, dtype=f64, device=device) if w is None else w.sum()
     out: Dict[str, Tensor] = {}
     metrics = spec.metrics
-    positive_count = positive.sum(1, dtype=torch.int64)
-    rank = hits = None
+    rank = hits = best = None
     if any(name in metrics for name in ("coverage_error", "ranking_loss", "one_error", "retrieval")):
-        rank, hits = ranks(counts, spec.ties)
+        rank, hits = ranks(entries.counts, spec.ties)
     if "coverage_error" in metrics:
         # The largest rank of a positive (0 for a sample without positive).
-        worst = torch.where(positive, rank, 0).amax(1) if num_classes else positive_count
-        out["coverage_error_sum"] = total(worst.to(f64))
+        out["coverage_error_sum"] = total(per_sample(rank, "amax", 0).to(f64))
         out["coverage_error_weight"] = weight_sum
     if "ranking_loss" in metrics:
         # rank - L: the negatives ranked at or above the positive ("max") or strictly ahead of it ("index").
-        wrong = torch.where(positive, rank - hits, 0).sum(1, dtype=torch.int64)
+        wrong = per_sample(rank - hits)
         known = torch.full_like(positive_count, num_classes) if known_count is None else known_count
         pairs = positive_count * (known - positive_count)
         loss = torch.where(pairs > 0, wrong.to(f64) / pairs.clamp(min=1).to(f64), 0.0)
         out["ranking_loss_sum"] = total(loss)
         out["ranking_loss_weight"] = weight_sum
-    best = None
     if "one_error" in metrics or "retrieval" in metrics:
         # The best rank of a positive; without positive, a rank beyond any k.
-        never = torch.iinfo(rank.dtype).max
-        best = torch.where(positive, rank, never).amin(1) if num_classes else torch.full_like(positive_count, never)
+        best = per_sample(rank, "amin", torch.iinfo(rank.dtype).max)
     if "one_error" in metrics:
         out["one_error_sum"] = total((best != 1).to(f64))
         out["one_error_weight"] = weight_sum
     if "retrieval" in metrics:
-        out.update(_retrieval_sums(positive, rank, hits, positive_count, best, spec, total))
+        out.update(_retrieval_sums(rank, hits, positive_count, best, spec, total, masked, per_sample))
         out["retrieval_weight"] = weight_sum
         out["retrieval_query_weight"] = total((positive_count > 0).to(f64))
     if "lwlrap" in metrics or "lrap" in metrics:
-        precision = label_precision(counts, spec.ties)
+        precision = masked(label_precision(entries.counts, spec.ties), 0.0)
         if "lwlrap" in metrics:
-            out["lwlrap_precision_sum"] = precision.sum(0)
-            out["lwlrap_label_count"] = positive.sum(0, dtype=torch.int64)
+            cols = entries.cols
+            out["lwlrap_precision_sum"] = torch.zeros(num_classes, dtype=f64, device=device).index_add_(
+                0, cols, precision
+            )
+            ones = torch.ones_like(cols) if valid is None else valid.to(torch.int64)
+            out["lwlrap_label_count"] = torch.zeros(num_classes, dtype=torch.int64, device=device).index_add_(
+                0, cols, ones
+            )
         if "lrap" in metrics:
             known = torch.full_like(positive_count, num_classes) if known_count is None else known_count
             # scikit-learn's convention: a sample with no positive, or only positives, scores 1.
             trivial = (positive_count == 0) | (positive_count == known)
-            score = torch.where(trivial, 1.0, precision.sum(1) / positive_count.clamp(min=1).to(f64))
+            score = torch.where(trivial, 1.0, per_sample(precision) / positive_count.clamp(min=1).to(f64))
             out["lrap_score_sum"] = total(score)
             out["lrap_weight"] = weight_sum
     return out
 
 
-def _retrieval_sums(positive, rank, hits, positive_count, best, spec: RankingSpec, total) -> Dict[str, Tensor]:
+def _retrieval_sums(rank, hits, positive_count, best, spec: RankingSpec, total, masked, per_sample):
     """``{"retrieval_<name>_sum": (len(ks),)}``: per-sample values at each k, summed over samples."""
     f64 = torch.float64
     wanted = spec.retrieval
     count = positive_count.to(f64).clamp(min=1)
-    precision = torch.where(positive, hits.to(f64) / rank.clamp(min=1).to(f64), 0.0) if "ap" in wanted else None
-    gain = torch.where(positive, 1.0 / torch.log2(rank.to(f64) + 1.0), 0.0) if "ndcg" in wanted else None
-    ideal = ideal_dcg(max(spec.ks), positive.device) if gain is not None else None
+    precision = hits.to(f64) / rank.clamp(min=1).to(f64) if "ap" in wanted else None
+    gain = 1.0 / torch.log2(rank.to(f64) + 1.0) if "ndcg" in wanted else None
+    ideal = ideal_dcg(max(spec.ks), rank.device) if gain is not None else None
     values: Dict[str, list] = {name: [] for name in wanted}
     for k in spec.ks:  # k stays a Python int: no tensor copied from the host
         top = best <= k  # the best positive is in the top k
@@ -182,17 +235,18 @@ def _retrieval_sums(positive, rank, hits, positive_count, best, spec: RankingSpe
             values["rr"].append(torch.where(top, 1.0 / best.clamp(min=1).to(f64), 0.0))
         if not any(name in wanted for name in ("precision", "recall", "ap", "ndcg")):
             continue
-        in_top = positive & (rank <= k)
-        found = in_top.sum(1, dtype=torch.int64).to(f64)
+        in_top = masked(rank <= k, False)
+        found = per_sample(in_top.to(torch.int64)).to(f64)
         cutoff = positive_count.clamp(max=k)  # min(m, k)
         if "precision" in wanted:
             values["precision"].append(found / k)
         if "recall" in wanted:
             values["recall"].append(found / count)
         if precision is not None:
-            values["ap"].append(torch.where(in_top, precision, 0.0).sum(1) / cutoff.clamp(min=1).to(f64))
+            ap = per_sample(torch.where(in_top, precision, 0.0))
+            values["ap"].append(ap / cutoff.clamp(min=1).to(f64))
         if gain is not None:
-            dcg = torch.where(in_top, gain, 0.0).sum(1)
+            dcg = per_sample(torch.where(in_top, gain, 0.0))
             best_dcg = ideal.index_select(0, cutoff)
             values["ndcg"].append(torch.where(cutoff > 0, dcg / torch.where(cutoff > 0, best_dcg, 1.0), 0.0))
     return {f"retrieval_{name}_sum": total(torch.stack(values[name], 1)) for name in wanted}
