@@ -100,7 +100,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("ties", ["max", "index"])
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
 @pytest.mark.parametrize("case", CASES, ids=lambda case: str(case))
 @pytest.mark.parametrize("weighted", [False, True])
 def test_every_metric_equals_the_naive_reference(case, ties, weighted):
@@ -184,12 +184,13 @@ def test_the_collection_ranks_each_batch_once(monkeypatch):
     assert len(calls) == 1
 
 
-def test_masked_cells_give_the_sums_of_gathered_positives(monkeypatch):
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+def test_masked_cells_give_the_sums_of_gathered_positives(monkeypatch, ties):
     """Off the CPU the reductions mask every cell instead of gathering the positives (no host-device sync)."""
     from torch_lwlrap import _rank_reductions
 
     preds, target, weight = tie_heavy(15, n=60, c=7, ignore_index=-1)
-    options = dict(k=(1, 3, 8), ignore_index=-1)
+    options = dict(k=(1, 3, 8), ignore_index=-1, ties=ties)
     gathered = MultilabelRankingMetrics(7, **options)
     gathered.update(preds, target, sample_weight=weight)
     monkeypatch.setattr(_rank_reductions, "GATHER_DEVICES", ())

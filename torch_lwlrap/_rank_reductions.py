@@ -43,7 +43,7 @@ EMPTY_TARGET = ("zero", "skip")
 GATHER_DEVICES = ("cpu",)
 
 #: Tie rules of these metrics.
-RANK_TIES = ("max", "index")
+RANK_TIES = ("max", "index", "expected")
 
 
 class RankingSpec(NamedTuple):
@@ -172,29 +172,26 @@ def chunk_sums(
     weight_sum = torch.full((), num_samples, dtype=f64, device=device) if w is None else w.sum()
     out: Dict[str, Tensor] = {}
     metrics = spec.metrics
-    rank = hits = best = None
-    if any(name in metrics for name in ("coverage_error", "ranking_loss", "one_error", "retrieval")):
-        rank, hits = ranks(entries.counts, spec.ties)
+    rank_metrics = [name for name in ("coverage_error", "ranking_loss", "one_error", "retrieval") if name in metrics]
+    if rank_metrics:
+        if spec.ties == "expected":
+            values = _expected_values(entries.counts, positive_count, spec, masked, per_sample)
+        else:
+            values = _ordered_values(entries.counts, positive_count, spec, masked, per_sample)
     if "coverage_error" in metrics:
-        # The largest rank of a positive (0 for a sample without positive).
-        out["coverage_error_sum"] = total(per_sample(rank, "amax", 0).to(f64))
+        out["coverage_error_sum"] = total(values["worst"])
         out["coverage_error_weight"] = weight_sum
     if "ranking_loss" in metrics:
-        # rank - L: the negatives ranked at or above the positive ("max") or strictly ahead of it ("index").
-        wrong = per_sample(rank - hits)
         known = torch.full_like(positive_count, num_classes) if known_count is None else known_count
         pairs = positive_count * (known - positive_count)
-        loss = torch.where(pairs > 0, wrong.to(f64) / pairs.clamp(min=1).to(f64), 0.0)
+        loss = torch.where(pairs > 0, values["wrong"] / pairs.clamp(min=1).to(f64), 0.0)
         out["ranking_loss_sum"] = total(loss)
         out["ranking_loss_weight"] = weight_sum
-    if "one_error" in metrics or "retrieval" in metrics:
-        # The best rank of a positive; without positive, a rank beyond any k.
-        best = per_sample(rank, "amin", torch.iinfo(rank.dtype).max)
     if "one_error" in metrics:
-        out["one_error_sum"] = total((best != 1).to(f64))
+        out["one_error_sum"] = total(1.0 - values["top"])
         out["one_error_weight"] = weight_sum
     if "retrieval" in metrics:
-        out.update(_retrieval_sums(rank, hits, positive_count, best, spec, total, masked, per_sample))
+        out.update({f"retrieval_{name}_sum": total(values[name]) for name in spec.retrieval})
         out["retrieval_weight"] = weight_sum
         out["retrieval_query_weight"] = total((positive_count > 0).to(f64))
     if "lwlrap" in metrics or "lrap" in metrics:
@@ -218,10 +215,23 @@ def chunk_sums(
     return out
 
 
-def _retrieval_sums(rank, hits, positive_count, best, spec: RankingSpec, total, masked, per_sample):
-    """``{"retrieval_<name>_sum": (len(ks),)}``: per-sample values at each k, summed over samples."""
+def _ordered_values(counts: LabelCounts, positive_count, spec: RankingSpec, masked, per_sample) -> Dict[str, Tensor]:
+    """Per-sample values under a rule that gives each positive one rank (``"max"``, ``"index"``): ``"worst"``
+    (the largest rank, 0 without positive), ``"wrong"`` (wrong pairs), ``"top"`` (1 if a positive has rank 1) and
+    ``(n, len(ks))`` retrieval values by name."""
     f64 = torch.float64
+    rank, hits = ranks(counts, spec.ties)
+    out = {
+        "worst": per_sample(rank, "amax", 0).to(f64),
+        # rank - L: the negatives ranked at or above the positive ("max") or strictly ahead of it ("index").
+        "wrong": per_sample(rank - hits).to(f64),
+    }
+    # The best rank of a positive; without positive, a rank beyond any k.
+    best = per_sample(rank, "amin", torch.iinfo(rank.dtype).max)
+    out["top"] = (best == 1).to(f64)
     wanted = spec.retrieval
+    if not wanted:
+        return out
     count = positive_count.to(f64).clamp(min=1)
     precision = hits.to(f64) / rank.clamp(min=1).to(f64) if "ap" in wanted else None
     gain = 1.0 / torch.log2(rank.to(f64) + 1.0) if "ndcg" in wanted else None
@@ -247,9 +257,74 @@ def _retrieval_sums(rank, hits, positive_count, best, spec: RankingSpec, total, 
             values["ap"].append(ap / cutoff.clamp(min=1).to(f64))
         if gain is not None:
             dcg = per_sample(torch.where(in_top, gain, 0.0))
-            best_dcg = ideal.index_select(0, cutoff)
-            values["ndcg"].append(torch.where(cutoff > 0, dcg / torch.where(cutoff > 0, best_dcg, 1.0), 0.0))
-    return {f"retrieval_{name}_sum": total(torch.stack(values[name], 1)) for name in wanted}
+            values["ndcg"].append(dcg / ideal.index_select(0, cutoff).clamp(min=1.0))
+    out.update({name: torch.stack(values[name], 1) for name in wanted})
+    return out
+
+
+def _expected_values(counts: LabelCounts, positive_count, spec: RankingSpec, masked, per_sample) -> Dict[str, Tensor]:
+    """The values of :func:`_ordered_values`, each the expectation over uniformly random orders of tied labels.
+
+    A positive with ``A`` labels above (``A_p`` positive) in a tie group of ``g`` labels (``p`` positive) takes
+    position ``A + Q`` with ``Q`` uniform on ``1..g``; the positives of its group ahead of it are hypergeometric.
+    Sums over positives are linear in these expectations; the largest and the best rank of a sample come from its
+    lowest and its highest group of positives (the one with ``A_p = 0``), whose order statistics are closed-form.
+    """
+    f64 = torch.float64
+    above = counts.above.to(f64)
+    above_positive = counts.above_positive.to(f64)
+    tied = counts.tied.to(f64).clamp(min=1)  # >= 1 at a positive; masked cells hold 0
+    tied_positive = counts.tied_positive.to(f64)
+    out = {
+        # the last of p positives among g random places: expected place p (g + 1) / (p + 1)
+        "worst": per_sample(above + tied_positive * (tied + 1) / (tied_positive + 1), "amax", 0.0),
+        # each tied (positive, negative) pair is wrong in half of the orders
+        "wrong": per_sample((above - above_positive) + (counts.tied - counts.tied_positive).to(f64) / 2),
+        # rank 1 is a positive with probability p / g when the positives' best group is the top group
+        "top": per_sample(torch.where(counts.above == 0, tied_positive / tied, 0.0), "amax", 0.0),
+    }
+    wanted = spec.retrieval
+    if not wanted:
+        return out
+    best_group = counts.above_positive == 0
+    count = positive_count.to(f64).clamp(min=1)
+    share = (tied_positive - 1) / (tied - 1).clamp(min=1)  # of the other tied labels, the positive share
+    ideal = ideal_dcg(max(spec.ks), above.device)
+    values: Dict[str, list] = {name: [] for name in wanted}
+    for k in spec.ks:
+        cutoff = positive_count.clamp(max=k)
+        found = per_sample(((k - above) / tied).clamp(0.0, 1.0))  # P(place <= k), summed
+        if "precision" in wanted:
+            values["precision"].append(found / k)
+        if "recall" in wanted:
+            values["recall"].append(found / count)
+        if "ndcg" in wanted:
+            # (1/g) sum over places A+1..A+g up to k of 1 / log2(place + 1), from the cumulative table
+            last = (counts.above + counts.tied).clamp(max=k).to(torch.int64)
+            first = counts.above.clamp(max=k).to(torch.int64)
+            gain = (ideal.index_select(0, last.reshape(-1)) - ideal.index_select(0, first.reshape(-1))) / tied
+            values["ndcg"].append(per_sample(gain) / ideal.index_select(0, cutoff).clamp(min=1.0))
+        if not any(name in wanted for name in ("hit", "rr", "ap")):
+            continue
+        no_hit = torch.ones_like(above)  # P(none of the group's p positives in its first k - A places)
+        first_at = tied_positive / tied  # P(the group's first positive is at its place y), y = 1
+        rr = torch.zeros_like(above)
+        ap = torch.zeros_like(above)
+        for y in range(1, k + 1):
+            inside = (y <= tied) & (above + y <= k)
+            no_hit = torch.where(inside, no_hit * ((tied - tied_positive - (y - 1)).clamp(min=0) / (tied - (y - 1))), no_hit)
+            rr = rr + torch.where(inside, first_at / (above + y), 0.0)
+            first_at = first_at * (tied - y - tied_positive + 1).clamp(min=0) / (tied - y).clamp(min=1)
+            # at place y of its group: A_p + 1 + (y - 1) p' positives at or above it, over A + y labels
+            ap = ap + torch.where(inside, (above_positive + 1 + (y - 1) * share) / (above + y), 0.0)
+        if "hit" in wanted:
+            values["hit"].append(per_sample(masked(torch.where(best_group, 1.0 - no_hit, 0.0), 0.0), "amax", 0.0))
+        if "rr" in wanted:
+            values["rr"].append(per_sample(masked(torch.where(best_group, rr, 0.0), 0.0), "amax", 0.0))
+        if "ap" in wanted:
+            values["ap"].append(per_sample(ap / tied) / cutoff.clamp(min=1).to(f64))
+    out.update({name: torch.stack(values[name], 1) for name in wanted})
+    return out
 
 
 def finish(spec: RankingSpec, state: Dict[str, Tensor], empty_target: str = "zero") -> Dict[str, Tensor]:
