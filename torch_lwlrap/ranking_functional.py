@@ -121,8 +121,9 @@ def multilabel_coverage_error(
         target: ``0/1`` labels of the same shape, as bool, integer or float.
         num_labels: the number of classes ``C``; checked against ``preds`` when given.
         sample_weight: non-negative weights ``(N,)`` (or ``(N, ...)`` matching the extra dimensions).
-        ties: ``"max"`` (scikit-learn's rule: tied labels all take the last position of their group) or
-            ``"index"`` (tied scores ordered by column, lower column first).
+        ties: ``"max"`` (scikit-learn's rule: tied labels all take the last position of their group),
+            ``"index"`` (tied scores ordered by column, lower column first) or ``"expected"`` (the expectation
+            over uniformly random orders of the tied labels, exact).
         ignore_index: target value marking unknown labels, removed from their sample's ranking.
         validate_args: check the values of the inputs (one host-device sync). Shapes are always checked.
 
@@ -158,7 +159,7 @@ def multilabel_ranking_loss(
     Per sample ``i`` with ``m_i`` positives among its ``K_i`` labels, ``sum_j (rank_ij - L_ij) / (m_i (K_i - m_i))``
     over its positives ``j``: with ``ties="max"`` a negative tied with a positive counts as a wrong pair (as
     scikit-learn counts it), with ``ties="index"`` only a negative strictly ahead in the column-ordered ranking
-    does. A sample without positive or without negative scores 0. The score is the (weighted) mean over samples;
+    does, with ``ties="expected"`` half a pair. A sample without positive or without negative scores 0. The score is the (weighted) mean over samples;
     lower is better.
 
     Arguments as in :func:`multilabel_coverage_error`.
@@ -189,7 +190,8 @@ def multilabel_one_error(
     A sample is right when a positive label has rank 1. With ``ties="max"`` every label of a tie group takes the
     group's last position, so a top score shared by two or more labels is never right, even when they are all
     positive (pessimistic: constant scores cannot score well). With ``ties="index"`` the lowest column among the
-    top-scored labels is the top label. A sample without a positive label (after ``ignore_index``) counts as an
+    top-scored labels is the top label. With ``ties="expected"`` a sample whose top score is shared by ``g``
+    labels, ``p`` of them positive, is wrong with probability ``1 - p / g``. A sample without a positive label (after ``ignore_index``) counts as an
     error. The score is the (weighted) mean over samples; lower is better.
 
     Arguments as in :func:`multilabel_coverage_error`.
@@ -248,7 +250,9 @@ def multilabel_retrieval_at_k(
         ties: ``"max"``: every label of a tie group takes the group's last position, so a group that straddles
             position ``k`` is entirely outside the top ``k`` (pessimistic and independent of the column order);
             ``"index"``: tied scores ordered by column, lower column first, and the top ``k`` is exactly ``k``
-            labels.
+            labels; ``"expected"``: each value's expectation when the tied labels are put in a uniformly random
+            order (a group straddling position ``k`` contributes the share of its orders that bring a positive
+            into the top ``k``), computed exactly from the counts.
         ignore_index: target value marking unknown labels, removed from their sample's ranking.
         validate_args: check the values of the inputs (one host-device sync). Shapes are always checked.
 

@@ -15,6 +15,7 @@ from torchmetrics import Metric
 
 from torch_lwlrap._checks import check_ignore_index, check_num_labels
 from torch_lwlrap._rank_reductions import (
+    RANK_TIES,
     RANKING_METRICS,
     RETRIEVAL_METRICS,
     RankingSpec,
@@ -26,7 +27,7 @@ from torch_lwlrap._rank_reductions import (
     state_shapes,
 )
 from torch_lwlrap.functional import _check_batch
-from torch_lwlrap.metrics import _add_options_tag, _apply_keeping_float64, _check_device, _values_checked
+from torch_lwlrap.metrics import _apply_keeping_float64, _check_device, _values_checked
 from torch_lwlrap.ranking_functional import _ranking_update
 
 __all__ = [
@@ -61,7 +62,9 @@ class _RankingMetric(Metric):
         self._sum_names = tuple(state_shapes(spec, num_labels))
         for name, (shape, dtype) in state_shapes(spec, num_labels).items():
             self.add_state(name, torch.zeros(shape, dtype=dtype), dist_reduce_fx="sum")
-        _add_options_tag(self, self.ties, self.ignore_index)
+        # Constant: metrics whose updates differ never share states in a MetricCollection (as the lwlrap metrics').
+        tag = [RANK_TIES.index(self.ties), int(ignore_index is not None), ignore_index or 0]
+        self.add_state("options_tag", torch.tensor(tag, dtype=torch.int64), dist_reduce_fx="max")
         if spec.ks:
             # Constant, like options_tag: metrics with different k never share states in a MetricCollection.
             self.add_state("retrieval_k", torch.tensor(spec.ks, dtype=torch.int64), dist_reduce_fx="max")
@@ -236,7 +239,7 @@ class MultilabelRankingMetrics(_RankingMetric):
         k: the cut-offs of the retrieval metrics (with ``"retrieval"``).
         retrieval_metrics: a subset of ``("hit", "precision", "recall", "ap", "rr", "ndcg")``.
         empty_target: ``"zero"`` or ``"skip"``: retrieval metrics of samples without a positive.
-        ties: ``"max"`` or ``"index"``, for every metric.
+        ties: ``"max"``, ``"index"`` or ``"expected"``, for every metric.
         ignore_index: target value marking unknown labels, removed from their sample's ranking.
         validate_args: check input values (one host-device sync per batch); with False, no value check.
         kwargs: passed to :class:`torchmetrics.Metric`.
