@@ -18,17 +18,20 @@ serves any subset of the metrics.
 from __future__ import annotations
 
 import math
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from torch_lwlrap._ranking import _true_indices
-
-try:  # the engine's per-positive counts
-    from torch_lwlrap._ranking import LabelCounts, label_counts_chunks, label_precision  # noqa: F401
-except ImportError:  # pragma: no cover - until the primitive lands on main
-    from torch_lwlrap._label_counts_standin import LabelCounts, label_counts_chunks, label_precision  # noqa: F401
+from torch_lwlrap._ranking import (
+    COUNTS_CHUNK_ELEMENTS,
+    LabelCounts,
+    _true_indices,
+    forced_chunk_elements,
+    label_counts_chunks,
+    label_precision,
+    takes_numba_path,
+)
 
 #: Metrics :func:`chunk_sums` can reduce, in the order of their states.
 RANKING_METRICS = ("coverage_error", "ranking_loss", "one_error", "retrieval", "lwlrap", "lrap")
@@ -105,8 +108,35 @@ class PositiveEntries(NamedTuple):
     cols: Tensor  #: (P,) int64, label
     valid: Optional[Tensor]  #: (P,) bool, the entries that are positives; None when all are
     positive_count: Tensor  #: (n,) int64, positives per sample
+    known_count: Optional[Tensor]  #: (n,) int64, labels per sample that are not ignored, when the engine gives them
     num_rows: int
     num_classes: int
+
+
+def positive_counts_chunks(
+    preds: Tensor, target: Tensor, ignore_index: Optional[int] = None
+) -> Iterator[Tuple[int, PositiveEntries]]:
+    """``(first row, entries)`` for each chunk of rows of a checked ``(N, C)`` batch: one pass of the engine.
+
+    On the numba path the engine's compact counts (one entry per positive, and the known labels per row) are taken
+    as they come; elsewhere the dense counts of :func:`torch_lwlrap._ranking.label_counts_chunks`, through
+    :func:`positive_entries`.
+    """
+    if not takes_numba_path(preds.device, preds.dtype):
+        for first, counts in label_counts_chunks(preds, target, ignore_index):
+            yield first, positive_entries(counts)
+        return
+    from torch_lwlrap import _numba_kernel
+    from torch_lwlrap._checks import formatted_chunks
+
+    budget = forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS
+    first = 0
+    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, True):
+        rows, cols, counts, known_count, _ = _numba_kernel.label_counts_numba(scores, positive, known)
+        num_rows, num_classes = scores.shape
+        positive_count = torch.bincount(rows, minlength=num_rows)
+        yield first, PositiveEntries(counts, rows, cols, None, positive_count, known_count, num_rows, num_classes)
+        first += num_rows
 
 
 def positive_entries(counts: LabelCounts) -> PositiveEntries:
@@ -130,16 +160,16 @@ def positive_entries(counts: LabelCounts) -> PositiveEntries:
         valid = flat.positive
         positive_count = positive.sum(1, dtype=torch.int64)
     rows = cells.div(max(num_classes, 1), rounding_mode="floor")
-    return PositiveEntries(flat, rows, cells - rows * num_classes, valid, positive_count, num_rows, num_classes)
+    return PositiveEntries(flat, rows, cells - rows * num_classes, valid, positive_count, None, num_rows, num_classes)
 
 
 def chunk_sums(
-    counts: LabelCounts, known_count: Optional[Tensor], weight: Optional[Tensor], spec: RankingSpec
+    entries: PositiveEntries, known_count: Optional[Tensor], weight: Optional[Tensor], spec: RankingSpec
 ) -> Dict[str, Tensor]:
     """Weighted per-sample sums of the metrics of ``spec`` over one chunk of samples.
 
     Args:
-        counts: the chunk's :class:`LabelCounts` (``(n, C)``).
+        entries: the counts of the chunk's positives (:func:`positive_counts_chunks`).
         known_count: ``(n,)`` labels per sample that are not ignored, or None when none is (``C``); needed only
             when :func:`needs_known_count`.
         weight: ``(n,)`` non-negative sample weights, or None (each sample weighs 1).
@@ -148,7 +178,6 @@ def chunk_sums(
     Returns:
         ``{state name: sum}`` as in :func:`state_shapes`. No host-device sync off the CPU.
     """
-    entries = positive_entries(counts)
     num_samples, num_classes = entries.num_rows, entries.num_classes
     rows, valid, positive_count = entries.rows, entries.valid, entries.positive_count
     device = rows.device

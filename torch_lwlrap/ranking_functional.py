@@ -22,8 +22,8 @@ from torch_lwlrap._rank_reductions import (
     check_retrieval_metrics,
     chunk_sums,
     finish,
-    label_counts_chunks,
     needs_known_count,
+    positive_counts_chunks,
     state_shapes,
 )
 from torch_lwlrap._ranking import forced_chunk_elements
@@ -73,13 +73,15 @@ def _ranking_update(
                 if weight.ndim == 1:
                     weight = weight.reshape((-1,) + (1,) * len(extra)).expand((-1,) + tuple(extra))
                 weight = weight.reshape(-1)
-        for first, counts in label_counts_chunks(scores, labels, ignore_index):
-            rows = counts.positive.shape[0]
+        for first, entries in positive_counts_chunks(scores, labels, ignore_index):
+            rows = entries.num_rows
             known = None
             if known_needed:
-                known = (labels[first : first + rows] != ignore).sum(1, dtype=torch.int64)
+                known = entries.known_count
+                if known is None:
+                    known = (labels[first : first + rows] != ignore).sum(1, dtype=torch.int64)
             part = None if weight is None else weight[first : first + rows]
-            for name, value in chunk_sums(counts, known, part, spec).items():
+            for name, value in chunk_sums(entries, known, part, spec).items():
                 totals[name] += value
     return totals
 
