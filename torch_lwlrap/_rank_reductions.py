@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap._ranking import (
-    COUNTS_CHUNK_ELEMENTS,
     LabelCounts,
     _true_indices,
     forced_chunk_elements,
@@ -129,9 +128,9 @@ def positive_counts_chunks(
     from torch_lwlrap import _numba_kernel
     from torch_lwlrap._checks import formatted_chunks
 
-    budget = forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS
+    # Compact outputs take O(P): chunks as large as the formatting budget allows (few calls, little overhead).
     first = 0
-    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, True):
+    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, forced_chunk_elements(), True):
         rows, cols, counts, known_count, _ = _numba_kernel.label_counts_numba(scores, positive, known)
         num_rows, num_classes = scores.shape
         positive_count = torch.bincount(rows, minlength=num_rows)
@@ -190,10 +189,12 @@ def chunk_sums(
         return (values * w.reshape((-1,) + (1,) * (values.ndim - 1))).sum(0)
 
     def masked(values: Tensor, fill) -> Tensor:
-        return values if valid is None else torch.where(valid, values, fill)
+        if valid is None:
+            return values
+        return torch.where(valid.view((-1,) + (1,) * (values.ndim - 1)), values, fill)
 
-    def per_sample(values: Tensor, how: str = "sum", init=0) -> Tensor:  # (P,) -> (n,)
-        out = torch.full((num_samples,), init, dtype=values.dtype, device=device)
+    def per_sample(values: Tensor, how: str = "sum", init=0) -> Tensor:  # (P, ...) -> (n, ...)
+        out = torch.full((num_samples,) + values.shape[1:], init, dtype=values.dtype, device=device)
         if how == "sum":
             return out.index_add_(0, rows, masked(values, 0))
         return out.scatter_reduce_(0, rows, masked(values, init), how)
@@ -244,50 +245,63 @@ def chunk_sums(
     return out
 
 
+def _k_values(ks: Sequence[int], device: torch.device) -> Tensor:
+    """``(len(ks),)`` float64 tensor of ``ks``, filled on the device (no copy from host memory: no sync)."""
+    out = torch.empty(len(ks), dtype=torch.float64, device=device)
+    for i, k in enumerate(ks):
+        out[i] = k
+    return out
+
+
 def _ordered_values(counts: LabelCounts, positive_count, spec: RankingSpec, masked, per_sample) -> Dict[str, Tensor]:
     """Per-sample values under a rule that gives each positive one rank (``"max"``, ``"index"``): ``"worst"``
     (the largest rank, 0 without positive), ``"wrong"`` (wrong pairs), ``"top"`` (1 if a positive has rank 1) and
     ``(n, len(ks))`` retrieval values by name."""
     f64 = torch.float64
+    metrics = spec.metrics
     rank, hits = ranks(counts, spec.ties)
-    out = {
-        "worst": per_sample(rank, "amax", 0).to(f64),
+    out = {}
+    if "coverage_error" in metrics:
+        out["worst"] = per_sample(rank, "amax", 0).to(f64)
+    if "ranking_loss" in metrics:
         # rank - L: the negatives ranked at or above the positive ("max") or strictly ahead of it ("index").
-        "wrong": per_sample(rank - hits).to(f64),
-    }
-    # The best rank of a positive; without positive, a rank beyond any k.
-    best = per_sample(rank, "amin", torch.iinfo(rank.dtype).max)
-    out["top"] = (best == 1).to(f64)
-    wanted = spec.retrieval
+        out["wrong"] = per_sample(rank - hits).to(f64)
+    wanted = spec.retrieval if "retrieval" in metrics else ()
+    best = None
+    if "one_error" in metrics or any(name in wanted for name in ("hit", "rr")):
+        # The best rank of a positive; without positive, a rank beyond any k.
+        best = per_sample(rank, "amin", torch.iinfo(rank.dtype).max)
+        out["top"] = (best == 1).to(f64)
     if not wanted:
         return out
-    count = positive_count.to(f64).clamp(min=1)
-    precision = hits.to(f64) / rank.clamp(min=1).to(f64) if "ap" in wanted else None
-    gain = 1.0 / torch.log2(rank.to(f64) + 1.0) if "ndcg" in wanted else None
-    ideal = ideal_dcg(max(spec.ks), rank.device) if gain is not None else None
-    values: Dict[str, list] = {name: [] for name in wanted}
-    for k in spec.ks:  # k stays a Python int: no tensor copied from the host
-        top = best <= k  # the best positive is in the top k
+    ks = _k_values(spec.ks, rank.device)  # (K,)
+    if best is not None:
+        best_f = best.to(f64).unsqueeze(1)
+        top = best_f <= ks  # (n, K): the best positive is in the top k
         if "hit" in wanted:
-            values["hit"].append(top.to(f64))
+            out["hit"] = top.to(f64)
         if "rr" in wanted:
-            values["rr"].append(torch.where(top, 1.0 / best.clamp(min=1).to(f64), 0.0))
-        if not any(name in wanted for name in ("precision", "recall", "ap", "ndcg")):
-            continue
-        in_top = masked(rank <= k, False)
-        found = per_sample(in_top.to(torch.int64)).to(f64)
-        cutoff = positive_count.clamp(max=k)  # min(m, k)
-        if "precision" in wanted:
-            values["precision"].append(found / k)
-        if "recall" in wanted:
-            values["recall"].append(found / count)
-        if precision is not None:
-            ap = per_sample(torch.where(in_top, precision, 0.0))
-            values["ap"].append(ap / cutoff.clamp(min=1).to(f64))
-        if gain is not None:
-            dcg = per_sample(torch.where(in_top, gain, 0.0))
-            values["ndcg"].append(dcg / ideal.index_select(0, cutoff).clamp(min=1.0))
-    out.update({name: torch.stack(values[name], 1) for name in wanted})
+            out["rr"] = torch.where(top, 1.0 / best_f, 0.0)
+    if not any(name in wanted for name in ("precision", "recall", "ap", "ndcg")):
+        return out
+    rank_f = rank.to(f64)
+    in_top = (rank_f.unsqueeze(1) <= ks).to(f64)  # (P, K)
+    found = per_sample(in_top)
+    if "precision" in wanted:
+        out["precision"] = found / ks
+    if "recall" in wanted:
+        out["recall"] = found / positive_count.to(f64).clamp(min=1).unsqueeze(1)
+    cutoff = torch.minimum(positive_count.to(f64).unsqueeze(1), ks)  # min(m, k)
+    if "ap" in wanted:
+        precision = hits.to(f64) / rank_f
+        out["ap"] = per_sample(in_top * precision.unsqueeze(1)) / cutoff.clamp(min=1)
+    if "ndcg" in wanted:
+        # 1 / log2(r + 1) from the table of ideal DCGs: its steps are the discounts of ranks 1, 2, ...
+        table = ideal_dcg(max(spec.ks), rank.device)
+        discount = torch.diff(table)  # (max k,): discount of rank r at r - 1
+        gain = discount.index_select(0, (rank.clamp(min=1, max=len(discount)) - 1).to(torch.int64))
+        ideal = table.index_select(0, cutoff.to(torch.int64).reshape(-1)).view_as(cutoff)
+        out["ndcg"] = per_sample(in_top * gain.unsqueeze(1)) / ideal.clamp(min=1.0)
     return out
 
 
