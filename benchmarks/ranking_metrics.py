@@ -3,6 +3,7 @@
     python -m benchmarks.ranking_metrics                 # CPU, 20,000 x 527, with the scikit-learn anchors
     python -m benchmarks.ranking_metrics --no-anchors    # library entries only
     python -m benchmarks.ranking_metrics --sizes 2000x527 --min-run-time 0.2
+    python -m benchmarks.ranking_metrics --threads 1 --out benchmarks/results/ranking_metrics_1thread
 
 Every entry runs in the same process on the same inputs (``benchmarks.run.make_inputs``: float32 scores, bool
 targets, 1-3 labels per row); the table gives each median and its ratio to ``multilabel_lwlrap`` alone. The
@@ -113,7 +114,7 @@ def markdown(records: List[Dict]) -> str:
     lines = []
     for record in records:
         lines += [
-            f"### {record['num_samples']:,} x {record['num_classes']}",
+            f"### {record['num_samples']:,} x {record['num_classes']}, {record['torch_threads']} torch thread(s)",
             "",
             "| entry | median time | vs lwlrap alone |",
             "| --- | ---: | ---: |",
@@ -129,9 +130,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sizes", default="20000x527", help="comma-separated NxC (default: 20000x527)")
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds per timed entry (default: 1)")
     parser.add_argument("--no-anchors", action="store_true", help="skip scikit-learn")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ranking_metrics"))
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
     records = run(parse_sizes(args.sizes), args.min_run_time, not args.no_anchors)
+    for record in records:
+        record["torch_threads"] = threads
     table = markdown(records)
     print(table)
     out = Path(args.out)
