@@ -544,3 +544,43 @@ def test_ddp_every_rank_computes_the_value_over_all_shards(ddp_results, scenario
     for rank, results in enumerate(ddp_results):
         for name, expected in want.items():
             assert_value(results[scenario, name], expected, f"rank {rank}, {scenario}, {name}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# no host-device sync in update (checked on the meta device, as tests/test_sync.py does for lwlrap and LRAP)
+
+
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+@pytest.mark.parametrize("target_dtype", [torch.bool, torch.int64], ids=str)
+@pytest.mark.parametrize("ignore_index", [None, -1], ids=["all-known", "ignore"])
+@pytest.mark.parametrize("validate_args", [False, True], ids=["unchecked", "checked"])
+def test_update_reads_the_host_only_for_value_checks(ties, target_dtype, ignore_index, validate_args):
+    from tests.test_sync import META, HostReads, _batch
+
+    preds, target, weight = _batch("cpu", target_dtype, extra=(2,), ignore_index=ignore_index)
+    num_labels = preds.shape[1]
+    preds, target, weight = preds.to(META), target.to(META), weight.to(META)
+    options = dict(ties=ties, ignore_index=ignore_index, validate_args=validate_args)
+    for metric in (
+        MultilabelRankingMetrics(num_labels, k=(1, 3), **options),
+        MultilabelRetrievalAtK(num_labels, 2, **options),
+        MultilabelRankingLoss(num_labels, **options),
+    ):
+        metric = metric.to(META)
+        if ties == "expected":
+            # lwlrap's exact "expected" precision copies its tables of harmonic sums to a device once, on first use
+            MultilabelRankingMetrics(num_labels, ties=ties, validate_args=False).to(META).update(preds, target)
+        with HostReads() as mode:
+            metric.update(preds, target, sample_weight=weight)
+        assert mode.reads == (["aten._local_scalar_dense.default"] if validate_args else []), type(metric).__name__
+        assert all(getattr(metric, name).device == META for name in metric._defaults)
+
+
+def test_benchmark_script_times_every_entry(tmp_path):
+    from benchmarks import ranking_metrics
+
+    assert ranking_metrics.main(["--sizes", "200x12", "--min-run-time", "0.01", "--no-anchors", "--out",
+                                 str(tmp_path / "bench")]) == 0
+    table = (tmp_path / "bench.md").read_text()
+    for name in ranking_metrics.entries(12, anchors=False):
+        assert f"| {name} |" in table
