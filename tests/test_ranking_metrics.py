@@ -78,7 +78,10 @@ def test_coverage_error_and_ranking_loss_equal_scikit_learn(seed, weighted):
     s = np.where(np.isinf(s), np.sign(s) * 1e9, s)
     finite = torch.from_numpy(s)
     sw = None if w is None else w.numpy()
-    close(multilabel_coverage_error(finite, target, sample_weight=w), sklearn_metrics.coverage_error(y, s, sample_weight=sw))
+    close(
+        multilabel_coverage_error(finite, target, sample_weight=w),
+        sklearn_metrics.coverage_error(y, s, sample_weight=sw),
+    )
     close(
         multilabel_ranking_loss(finite, target, sample_weight=w),
         sklearn_metrics.label_ranking_loss(y, s, sample_weight=sw),

@@ -130,7 +130,8 @@ def positive_counts_chunks(
 
     # Compact outputs take O(P): chunks as large as the formatting budget allows (few calls, little overhead).
     first = 0
-    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, forced_chunk_elements(), True):
+    chunks = formatted_chunks(preds, target, ignore_index, None, forced_chunk_elements(), True)
+    for scores, positive, known, _ in chunks:
         rows, cols, counts, known_count, _ = _numba_kernel.label_counts_numba(scores, positive, known)
         num_rows, num_classes = scores.shape
         positive_count = torch.bincount(rows, minlength=num_rows)
@@ -355,7 +356,8 @@ def _expected_values(counts: LabelCounts, positive_count, spec: RankingSpec, mas
         ap = torch.zeros_like(above)
         for y in range(1, k + 1):
             inside = (y <= tied) & (above + y <= k)
-            no_hit = torch.where(inside, no_hit * ((tied - tied_positive - (y - 1)).clamp(min=0) / (tied - (y - 1))), no_hit)
+            step = (tied - tied_positive - (y - 1)).clamp(min=0) / (tied - (y - 1))
+            no_hit = torch.where(inside, no_hit * step, no_hit)
             rr = rr + torch.where(inside, first_at / (above + y), 0.0)
             first_at = first_at * (tied - y - tied_positive + 1).clamp(min=0) / (tied - y).clamp(min=1)
             # at place y of its group: A_p + 1 + (y - 1) p' positives at or above it, over A + y labels

@@ -161,8 +161,8 @@ def multilabel_ranking_loss(
     Per sample ``i`` with ``m_i`` positives among its ``K_i`` labels, ``sum_j (rank_ij - L_ij) / (m_i (K_i - m_i))``
     over its positives ``j``: with ``ties="max"`` a negative tied with a positive counts as a wrong pair (as
     scikit-learn counts it), with ``ties="index"`` only a negative strictly ahead in the column-ordered ranking
-    does, with ``ties="expected"`` half a pair. A sample without positive or without negative scores 0. The score is the (weighted) mean over samples;
-    lower is better.
+    does, with ``ties="expected"`` half a pair. A sample without positive or without negative scores 0. The score
+    is the (weighted) mean over samples; lower is better.
 
     Arguments as in :func:`multilabel_coverage_error`.
 
@@ -193,8 +193,8 @@ def multilabel_one_error(
     group's last position, so a top score shared by two or more labels is never right, even when they are all
     positive (pessimistic: constant scores cannot score well). With ``ties="index"`` the lowest column among the
     top-scored labels is the top label. With ``ties="expected"`` a sample whose top score is shared by ``g``
-    labels, ``p`` of them positive, is wrong with probability ``1 - p / g``. A sample without a positive label (after ``ignore_index``) counts as an
-    error. The score is the (weighted) mean over samples; lower is better.
+    labels, ``p`` of them positive, is wrong with probability ``1 - p / g``. A sample without a positive label
+    (after ``ignore_index``) counts as an error. The score is the (weighted) mean over samples; lower is better.
 
     Arguments as in :func:`multilabel_coverage_error`.
 

@@ -252,8 +252,14 @@ class MultilabelRankingMetrics(_RankingMetric):
         >>> from torch_lwlrap import MultilabelRankingMetrics
         >>> metric = MultilabelRankingMetrics(num_labels=3, k=1, retrieval_metrics=("precision",))
         >>> metric.update(torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1], [0, 1, 1]]))
-        >>> {name: round(value.item(), 4) for name, value in metric.compute().items()}
-        {'coverage_error': 2.5, 'ranking_loss': 0.5, 'one_error': 0.5, 'precision@1': 0.5, 'lwlrap': 0.7917, 'lrap': 0.7917}
+        >>> for name, value in metric.compute().items():
+        ...     print(name, round(value.item(), 4))
+        coverage_error 2.5
+        ranking_loss 0.5
+        one_error 0.5
+        precision@1 0.5
+        lwlrap 0.7917
+        lrap 0.7917
     """
 
     higher_is_better: Optional[bool] = None
