@@ -154,3 +154,20 @@ def naive_retrieval(preds, target, ks, ties="max", ignore_index=None, sample_wei
         keep = [bool(positives) for _, _, positives in _rows(preds, target, ignore_index)]
     weights = _weights(preds, sample_weight)
     return {key: _mean([v[key] for v in values], weights, keep) for key in values[0]} if values else {}
+
+
+def naive_lwlrap_lrap_expected(preds, target, ignore_index=None):
+    """``(lwlrap, LRAP)`` with every label's precision averaged over every order of the tied labels."""
+    precision_sum, positives_total, lrap = Fraction(0), 0, []
+    for scores, known, positives in _rows(preds, target, ignore_index):
+        orders = list(all_orders(scores, known))
+        row_sum = Fraction(0)
+        for place in orders:
+            for j in positives:
+                row_sum += Fraction(sum(1 for q in positives if place[q] <= place[j]), place[j])
+        row_sum /= len(orders)
+        precision_sum += row_sum
+        positives_total += len(positives)
+        trivial = not positives or len(positives) == len(known)
+        lrap.append(Fraction(1) if trivial else row_sum / len(positives))
+    return float(precision_sum / positives_total), float(sum(lrap, Fraction(0)) / len(lrap))

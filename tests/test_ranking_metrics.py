@@ -15,6 +15,7 @@ from torchmetrics import MetricCollection
 from tests.reference import naive_lrap, naive_lwlrap
 from tests.reference_ranking import (
     naive_coverage_error,
+    naive_lwlrap_lrap_expected,
     naive_one_error,
     naive_ranking_loss,
     naive_retrieval,
@@ -169,6 +170,22 @@ def test_the_collection_equals_each_function_and_lwlrap_lrap():
         close(got["one_error"], multilabel_one_error(preds, target, sample_weight=weight, **options).item())
         for name, value in multilabel_retrieval_at_k(preds, target, (1, 3), sample_weight=weight, **options).items():
             close(got[name], value.item(), name)
+
+
+def test_the_collection_with_expected_ties_equals_every_tie_order_enumerated():
+    preds, target, _ = tie_heavy(16, n=30, c=6, ignore_index=-1)
+    metric = MultilabelRankingMetrics(6, k=(1, 4), ties="expected", ignore_index=-1)
+    metric.update(preds[:13], target[:13])
+    metric.update(preds[13:], target[13:])
+    got = metric.compute()
+    p, t = preds.numpy(), target.numpy()
+    lwlrap, lrap = naive_lwlrap_lrap_expected(p, t, -1)
+    close(got["lwlrap"], lwlrap)
+    close(got["lrap"], lrap)
+    close(got["coverage_error"], naive_coverage_error(p, t, "expected", -1))
+    close(got["one_error"], naive_one_error(p, t, "expected", -1))
+    for name, value in naive_retrieval(p, t, (1, 4), "expected", -1).items():
+        close(got[name], value, name)
 
 
 def test_the_collection_ranks_each_batch_once(monkeypatch):
