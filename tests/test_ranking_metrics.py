@@ -604,3 +604,14 @@ def test_benchmark_script_times_every_entry(tmp_path):
     table = (tmp_path / "bench.md").read_text()
     for name in ranking_metrics.entries(12, anchors=False):
         assert f"| {name} |" in table
+
+
+def test_grad_carrying_scores_and_states_made_in_inference_mode():
+    preds, target, weight = tie_heavy(17, ignore_index=-1)
+    logits = preds.clone().requires_grad_(True) * 1.0  # a non-leaf that carries gradients, as a model's output
+    p, t = preds.numpy(), target.numpy()
+    close(multilabel_ranking_loss(logits, target, ignore_index=-1), naive_ranking_loss(p, t, "max", -1))
+    with torch.inference_mode():  # Lightning's validation loop creates or resets metrics there
+        metric = MultilabelRankingMetrics(6, k=2, ignore_index=-1)
+    metric.update(logits, target, sample_weight=weight)
+    assert_value(metric.compute(), reference_value("all", preds, target, weight), "after inference mode")

@@ -52,7 +52,8 @@ def _ranking_update(
     samples at a time: extra dimensions ``(N, C, ...)`` become samples chunk by chunk, so the workspace stays
     bounded.
     """
-    _check_batch(preds, target, num_labels, ignore_index, validate_args, sample_weight)
+    # Values only from here on: scores that carry gradients never reach autograd.
+    _, preds, target, sample_weight = _check_batch(preds, target, num_labels, ignore_index, validate_args, sample_weight)
     num_samples, num_classes = preds.shape[:2]
     device = preds.device
     totals = {
