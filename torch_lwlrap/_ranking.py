@@ -46,6 +46,7 @@ from typing import Iterator, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap._checks import KERNEL_TIES
 from torch_lwlrap._tie_rules import LabelCounts, label_precision
 
 __all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "use_engine"]
@@ -150,7 +151,8 @@ def ranking_sums(
         preds: ``(N, C)`` floating scores, ranked as given (ties in the given dtype are real ties).
         positive: ``(N, C)`` bool, the positive labels; a label where ``known`` is False is not positive.
         known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
-        ties: ``"max"`` or ``"index"``.
+        ties: ``"max"``, ``"index"`` or ``"expected"`` (:mod:`torch_lwlrap._tie_rules`). The compiled kernels
+            apply the first two themselves; ``"expected"`` is :func:`label_precision` over :func:`label_counts`.
         check_nan: raise :class:`ScoresContainNaN` if a score is NaN (in the same pass on the numba path; with one
             more read of the scores, and a host-device sync, elsewhere).
     """
@@ -160,6 +162,9 @@ def ranking_sums(
     name, kernel = _compiled_path(engine, device, preds.dtype)
     if check_nan and name != "numba" and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
         raise ScoresContainNaN("`preds` contains NaN.")
+    if ties not in KERNEL_TIES:
+        # A reduction over label counts: counted by the numba pass on the CPU, by a sort elsewhere.
+        return _sums_from_counts(preds, positive, known, ties, check_nan and name == "numba", name == "numba")
     if kernel is not None:
         # A compiled path counts the labels in the same pass as the ranks, and writes every per-sample output.
         sums = RankingSums.for_kernel(num_samples, num_classes, device)
@@ -543,13 +548,13 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
         return dense_label_counts(preds, positive, known)
     from torch_lwlrap import _numba_kernel
 
-    rows, cols, compact, _, _ = _numba_kernel.label_counts_numba(preds, positive, known)
     num_samples, num_classes = preds.shape
-    cells = rows * num_classes + cols
-    dense = [positive]
-    for field in compact[1:]:
-        out = torch.zeros(num_samples * num_classes, dtype=torch.int32)
-        dense.append(out.index_copy_(0, cells, field).view(num_samples, num_classes))
+    dense = [torch.zeros(num_samples * num_classes, dtype=torch.int32) for _ in LabelCounts._fields[1:]]
+    for block in _numba_kernel.label_counts_numba(preds, positive, known)[1]:
+        cells = block.rows * num_classes + block.cols
+        for out, field in zip(dense, block.counts[1:]):
+            out.index_copy_(0, cells, field)
+    dense = [positive] + [out.view(num_samples, num_classes) for out in dense]
     return LabelCounts(*dense)
 
 
@@ -592,3 +597,54 @@ def dense_label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor])
         torch.empty_like(value).scatter_(1, order, torch.where(positive_sorted, value, 0)) for value in sorted_counts
     )
     return LabelCounts(positive, above, above_positive, tied, tied_positive, tied_before, positive_before)
+
+
+def _sums_from_counts(
+    preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, check_nan: bool, compiled: bool
+) -> RankingSums:
+    """:class:`RankingSums` as the sums of :func:`label_precision` over the label counts, a block of rows at a time.
+
+    With ``compiled`` the numba pass counts the positives only (compact counts, in as few parallel passes as the
+    memory allows, and NaN looked for in the same pass); otherwise :func:`dense_label_counts` sorts each row.
+    """
+    num_samples, num_classes = preds.shape
+    device = preds.device
+    if not compiled:
+        if known is not None:
+            positive = positive & known
+        rows = _block_rows(num_classes, device)
+        class_label_count, sample_label_count, sample_known_count = _label_counts(positive, known)
+        sums = RankingSums(
+            torch.zeros(num_classes, dtype=torch.float64, device=device),
+            class_label_count,
+            torch.empty(num_samples, dtype=torch.float64, device=device),
+            sample_label_count,
+            sample_known_count,
+        )
+        rows = max(1, min(rows, (_chunk_elements or COUNTS_CHUNK_ELEMENTS) // max(num_classes, 1)))
+        for start in range(0, num_samples, rows):
+            stop = min(start + rows, num_samples)
+            block_known = None if known is None else known[start:stop]
+            counts = dense_label_counts(preds[start:stop], positive[start:stop], block_known)
+            precision = label_precision(counts, ties)
+            sums.class_precision_sum.add_(precision.sum(0))
+            torch.sum(precision, 1, out=sums.sample_precision_sum[start:stop])
+        return sums
+    from torch_lwlrap import _numba_kernel
+
+    sums = RankingSums.for_kernel(num_samples, num_classes, device)
+    known_count, blocks = _numba_kernel.label_counts_numba(preds, positive, known, check_nan=check_nan)
+    sums.sample_known_count.copy_(known_count)
+    sums.sample_precision_sum.zero_()
+    row_count = torch.zeros(num_samples, dtype=torch.int64)
+    for block in blocks:
+        if block.nan_found:
+            raise ScoresContainNaN("`preds` contains NaN.")
+        precision = label_precision(block.counts, ties)
+        # index_add_ on the CPU adds in order: the sums do not depend on the number of threads.
+        sums.class_precision_sum.index_add_(0, block.cols, precision)
+        sums.class_label_count.add_(torch.bincount(block.cols, minlength=num_classes))
+        sums.sample_precision_sum.index_add_(0, block.rows, precision)
+        row_count.add_(torch.bincount(block.rows, minlength=num_samples))
+    sums.sample_label_count.copy_(row_count)
+    return sums
