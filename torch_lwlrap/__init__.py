@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from torch_lwlrap._tie_report import TieReport, tie_report
 from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
 
 __version__ = "0.1.0"
@@ -9,10 +10,12 @@ __version__ = "0.1.0"
 __all__ = [
     "MultilabelLRAP",
     "MultilabelLWLRAP",
+    "TieReport",
     "__version__",
     "multilabel_lrap",
     "multilabel_lwlrap",
     "multilabel_lwlrap_per_class",
+    "tie_report",
 ]
 
 

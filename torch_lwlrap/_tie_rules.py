@@ -34,6 +34,12 @@ from torch import Tensor
 
 TIES = ("max", "index", "expected")
 
+#: Rules that bound a sum of precisions over every order of tied scores (:func:`label_precision`): ``"best"`` puts
+#: each tie group's positives first, ``"worst"`` last. Each tie group contributes independently, so the sums of these
+#: precisions are the exact minimum and maximum over tie orders of any sum of precisions of whole groups (weighted
+#: lwlrap, a sample's LRAP).
+BOUNDS = ("best", "worst")
+
 
 class LabelCounts(NamedTuple):
     """Counts for each positive label of a chunk of rows, ignored labels removed from the rows.
@@ -53,7 +59,8 @@ class LabelCounts(NamedTuple):
 
 
 def label_precision(counts: LabelCounts, ties: str) -> Tensor:
-    """float64 precision of each positive under ``ties`` (``"max"``, ``"index"`` or ``"expected"``); 0 elsewhere.
+    """float64 precision of each positive under ``ties`` (``"max"``, ``"index"`` or ``"expected"``; or one of
+    :data:`BOUNDS`); 0 elsewhere.
 
     Example:
         Two positives tied at the top with a negative (``A = 0``, ``g = 3``, ``p = 2``): ``"max"`` gives each
@@ -82,6 +89,11 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
             precision.view(-1).index_copy_(0, tied, _expected_precision(*flat))
         else:  # no host-device sync: every entry
             precision = _expected_precision(counts.above, counts.above_positive, counts.tied, counts.tied_positive)
+    elif ties in BOUNDS:
+        # The group's q-th positive (q = b_p + 1, in column order) at position q of the group, or g - p + q.
+        q = counts.tied_positive_before + 1
+        lost = 0 if ties == "best" else counts.tied - counts.tied_positive
+        precision = (above_positive + q) / (above + lost + q)
     else:
         raise ValueError(f"Argument `ties` must be one of {TIES}, but got {ties!r}.")
     return torch.where(counts.positive, precision, 0.0)
