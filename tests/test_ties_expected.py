@@ -178,6 +178,9 @@ def test_max_is_not_a_bound_over_tie_orders():
     truth = torch.tensor([[0, 1, 1, 0]])
     above = torch.tensor([[0.9, 0.5, 0.5, 0.1]])  # a negative above, two tied positives: max gives 2/3 each
     assert multilabel_lwlrap(above, truth).item() > multilabel_lwlrap(above, truth, ties="expected").item()
+    # Above every order even: (2/3 + 2/3) / 2 against (1/2 + 2/3) / 2 in either order.
+    assert multilabel_lwlrap(above, truth).item() == pytest.approx(2 / 3, abs=1e-15)
+    assert max(multilabel_lwlrap(above, truth, ties=rule).item() for rule in ("index", "expected")) < 2 / 3
     tied_with_negative = torch.tensor([[0.5, 0.5, 0.9, 0.1]])
     assert (
         multilabel_lwlrap(tied_with_negative, truth).item()
