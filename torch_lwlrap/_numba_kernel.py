@@ -613,28 +613,28 @@ if numba is not None:
 
     @njit(cache=True, nogil=True)
     def _counts_in_row(row, krow, has_known, j):
-        """``(above, tied, tied_before)`` of the label in column ``j``: one vectorized pass over the row."""
+        """``(above, tied, tied_before)`` of the label in column ``j``: vectorized passes over the row (one count
+        per loop: LLVM vectorizes single reductions best)."""
         score = row[j]
         num_classes = row.shape[0]
         above = np.int32(0)
         tied = np.int32(0)
+        before = np.int32(0)
         if has_known:
+            for k in range(num_classes):
+                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
             for k in range(j):
-                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
-                tied = np.int32(tied + (np.int32(row[k] == score) & np.int32(krow[k])))
-            before = tied
+                before = np.int32(before + (np.int32(row[k] == score) & np.int32(krow[k])))
             for k in range(j, num_classes):
-                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
                 tied = np.int32(tied + (np.int32(row[k] == score) & np.int32(krow[k])))
         else:
+            for k in range(num_classes):
+                above = np.int32(above + np.int32(row[k] > score))
             for k in range(j):
-                above = np.int32(above + np.int32(row[k] > score))
-                tied = np.int32(tied + np.int32(row[k] == score))
-            before = tied
+                before = np.int32(before + np.int32(row[k] == score))
             for k in range(j, num_classes):
-                above = np.int32(above + np.int32(row[k] > score))
                 tied = np.int32(tied + np.int32(row[k] == score))
-        return above, tied, before
+        return above, np.int32(tied + before), before
 
     @njit(cache=True, nogil=True)
     def _sorted_counts(values, count, column_of, at, above, tied, before):
