@@ -66,7 +66,7 @@ def tie_sums_update(
     """The :class:`TieSums` of a checked batch, summed over its chunks (sum-only statistics)."""
     from torch_lwlrap.functional import _check_batch
 
-    numba_path = _check_batch(preds, target, num_labels, ignore_index, validate_args, nan_later=True)
+    numba_path, preds, target, _ = _check_batch(preds, target, num_labels, ignore_index, validate_args, nan_later=True)
     total = None
     for scores, positive, known, _ in formatted_chunks(
         preds, target, ignore_index, None, forced_chunk_elements(), numba_path

@@ -2,7 +2,7 @@
 
 Usage::
 
-    torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index]
+    torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index|expected]
     python -m torch_lwlrap score TRUTH.csv PRED.csv
 
 ``TRUTH.csv`` is either the challenge layout, header ``fname,labels`` with the positive class names of a row

@@ -12,7 +12,8 @@ import json
 import numpy as np
 
 from torch_lwlrap.cli._files import CommandError, CsvFormatError, align, read_predictions, read_truth
-from torch_lwlrap.cli._report import Score, format_report, print_output, write_plot
+from torch_lwlrap._tie_rules import TIES
+from torch_lwlrap.cli._report import Score, format_report, print_output, summary_line, write_plot
 
 __all__ = ["add_parser", "run", "score_files"]
 
@@ -23,11 +24,13 @@ def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
     Args:
         truth_path: ground truth, challenge layout (``fname,labels``) or wide 0/1 table.
         pred_path: submission, ``fname,<class>,...`` with scores.
-        ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule) or ``"index"`` (tied scores are
-            ordered by the prediction file's column order, leftmost first).
+        ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule), ``"index"`` (tied scores are
+            ordered by the prediction file's column order, leftmost first) or ``"expected"`` (the mean over random
+            orders of tied scores).
 
     Returns:
-        A :class:`Score`; classes are listed in the prediction file's column order.
+        A :class:`Score`; classes are listed in the prediction file's column order. When a positive label's score
+        ties another label's, ``score.extra["ties"]`` holds the :func:`torch_lwlrap.tie_report` (as a dict).
 
     Raises:
         CsvFormatError: a bad file (see :func:`read_truth`, :func:`read_predictions`), an fname in one file but
@@ -48,6 +51,7 @@ def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
     """
     import torch
 
+    from torch_lwlrap import tie_report
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
 
     truth = read_truth(truth_path)
@@ -63,6 +67,7 @@ def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
     per_class, weights = multilabel_lwlrap_per_class(preds, target, ties=ties)
     lwlrap = multilabel_lwlrap(preds, target, ties=ties)
     lrap = multilabel_lrap(preds, target, ties=ties)
+    ties_found = tie_report(preds, target)
     return Score(
         lwlrap=float(lwlrap),
         lrap=float(lrap),
@@ -73,7 +78,35 @@ def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
         weights=[float(value) for value in weights.tolist()],
         counts=[int(value) for value in counts.tolist()],
         truth_layout=truth.layout,
+        extra={"ties": ties_found.as_dict()} if ties_found.has_ties else {},
     )
+
+
+#: The advice printed under a tie report.
+TIE_ADVICE = (
+    "advice       saturated probabilities tie (float32 sigmoid is exactly 1.0 from about 17): score the logits; "
+    "--ties expected gives the mean over tie orders"
+)
+
+
+def tie_section(score: Score) -> list:
+    """The report's tie block: printed whenever a positive label's score ties another label's."""
+    report = score.extra.get("ties")
+    if not report:
+        return []
+    return [
+        summary_line(
+            "ties",
+            f"{report['tied_label_count']} of {report['label_count']} positive labels "
+            f"({100 * report['tied_share']:.1f}%) tie with another label's score",
+        ),
+        summary_line(
+            "tied lwlrap",
+            f"max {report['lwlrap_max']:.6f}, expected {report['lwlrap_expected']:.6f}, "
+            f"{report['lwlrap_worst']:.6f} to {report['lwlrap_best']:.6f} over tie orders",
+        ),
+        TIE_ADVICE,
+    ]
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
@@ -113,10 +146,11 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     parser.add_argument(
         "--ties",
-        choices=("max", "index"),
+        choices=TIES,
         default="max",
         help="tied scores: 'max' shares the lowest rank (scikit-learn's rule, default); 'index' orders them by "
-        "the prediction file's column order, leftmost first",
+        "the prediction file's column order, leftmost first; 'expected' is the exact mean over random orders of "
+        "tied scores (what sort-based code such as the challenge's gives on average)",
     )
     parser.set_defaults(run=run)
     return parser
@@ -139,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         text = json.dumps(score.to_dict())
     else:
-        text = format_report(score, args.truth, args.pred, per_class=args.per_class)
+        text = format_report(score, args.truth, args.pred, per_class=args.per_class, sections=[tie_section])
         if args.plot:
             text += f"\n\nper-class chart written to {args.plot}"
     print_output(text)
