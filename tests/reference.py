@@ -26,10 +26,13 @@ def _rows(preds, target, ignore_index):
 
 
 def label_precisions(scores: Sequence[float], known: Sequence[int], positives: Sequence[int], ties: str):
-    """{j: Fraction(L_ij, rank_ij)} for each positive j of one sample."""
+    """{j: Fraction(L_ij, rank_ij)} for each positive j of one sample (for "expected": its mean over tie orders)."""
     out = {}
     positive_set = set(positives)
     for j in positives:
+        if ties == "expected":
+            out[j] = expected_precision(scores, known, positive_set, j)
+            continue
         if ties == "max":
             ahead = [k for k in known if scores[k] >= scores[j]]
         else:  # strict order; among equal scores the lower column ranks first
@@ -37,6 +40,17 @@ def label_precisions(scores: Sequence[float], known: Sequence[int], positives: S
         hits = [k for k in ahead if k in positive_set]
         out[j] = Fraction(len(hits), len(ahead))
     return out
+
+
+def expected_precision(scores, known, positives, j) -> Fraction:
+    """The mean precision of positive ``j`` over the uniformly random orders of its tied labels, from the sum over
+    its position ``K`` in the group (the positives ahead of it in the group are hypergeometric)."""
+    above = [k for k in known if scores[k] > scores[j]]
+    tied = [k for k in known if scores[k] == scores[j]]
+    a, a_p, g = len(above), len(positives.intersection(above)), len(tied)
+    p = len(positives.intersection(tied))
+    share = Fraction(p - 1, g - 1) if g > 1 else Fraction(0)
+    return sum(((a_p + 1 + (k - 1) * share) / Fraction(a + k) for k in range(1, g + 1)), Fraction(0)) / g
 
 
 def _class_sums(preds, target, ties, ignore_index):

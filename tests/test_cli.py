@@ -453,3 +453,46 @@ def test_sample_files_regenerate_identically_and_score(tmp_path, capsys):
     result = json.loads(out)
     assert_matches_json(result, reference(preds, target, classes))
     assert 0.6 <= result["lwlrap"] <= 0.9
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ties: --ties expected and the tie report
+
+
+@pytest.mark.parametrize("layout", ["challenge", "wide"])
+def test_ties_expected_and_tie_block(tmp_path, capsys, layout):
+    """Scores rounded to one decimal tie: --ties expected matches the naive expectation, the text report prints the
+    tie block with its advice, and --json carries the same numbers."""
+    truth, pred, classes, preds, target = shuffled_files(tmp_path, 7, layout=layout)
+    code, out, err = run_main(capsys, "score", truth, pred, "--json", "--ties", "expected")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    assert_matches_json(result, reference(preds, target, classes, ties="expected"))
+    report = result["ties"]
+    rows = [(list(p), list(t)) for p, t in zip(preds.tolist(), target.tolist())]
+    tied = sum(1 for p, t in rows for j in range(len(p)) if t[j] and p.count(p[j]) > 1)
+    assert (report["tied_label_count"], report["label_count"]) == (tied, int(target.sum()))
+    assert report["lwlrap_expected"] == pytest.approx(result["lwlrap"], abs=1e-12)
+    assert report["lwlrap_max"] == pytest.approx(reference(preds, target, classes)["lwlrap"], abs=1e-12)
+    assert report["lwlrap_worst"] <= report["lwlrap_expected"] <= report["lwlrap_best"]
+    code, out, err = run_main(capsys, "score", truth, pred)
+    assert (code, err) == (0, "")
+    assert f"ties         {tied} of {int(target.sum())} positive labels" in out
+    assert f"max {report['lwlrap_max']:.6f}, expected {report['lwlrap_expected']:.6f}" in out
+    assert "score the logits" in out
+
+
+def test_no_tie_block_without_tied_positive(tmp_path, capsys):
+    truth, pred, classes, preds, target = shuffled_files(tmp_path, 8)
+    distinct = np.arange(preds.size, dtype=np.float64).reshape(preds.shape) / preds.size
+    pred = write_csv(tmp_path / "distinct.csv", ["fname", *classes],
+                     [[name, *row] for name, row in zip(read_fnames(pred), distinct.tolist())])
+    code, out, err = run_main(capsys, "score", truth, pred)
+    assert (code, err) == (0, "") and "ties " not in out and "advice" not in out
+    code, out, err = run_main(capsys, "score", truth, pred, "--json")
+    assert "ties" not in json.loads(out)
+
+
+def read_fnames(path):
+    with open(path, newline="", encoding="utf-8") as handle:
+        return [row[0] for row in list(csv.reader(handle))[1:]]

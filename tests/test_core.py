@@ -96,7 +96,7 @@ def test_infinite_scores():
     inf = float("inf")
     preds = torch.tensor([[inf, -inf, 0.0, inf], [-inf, -inf, 1.0, 2.0]])
     target = torch.tensor([[0, 1, 0, 1], [1, 0, 0, 0]])
-    for ties in ("max", "index"):
+    for ties in ("max", "index", "expected"):
         expected = naive_lwlrap(preds.numpy(), target.numpy(), ties=ties)
         assert multilabel_lwlrap(preds, target, ties=ties).item() == pytest.approx(expected, abs=1e-15)
 
@@ -123,7 +123,7 @@ def test_against_sklearn(engine, device):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("ties", ["max", "index"])
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_against_naive_loops(engine, ties, device):
     for seed in range(40):
@@ -228,7 +228,7 @@ def test_low_precision_preds_ties_are_real_ties(dtype, device):
     target = (torch.rand(300, 11, generator=g) < 0.3).to(device)
     preds = raw.to(dtype)  # rounding in low precision creates ties, which count as ties
     reference_scores = preds.double().numpy()
-    for ties in ("max", "index"):
+    for ties in ("max", "index", "expected"):
         expected = naive_lwlrap(reference_scores, target.cpu().numpy(), ties=ties)
         for engine in ENGINES:
             with use_engine(engine):

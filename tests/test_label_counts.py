@@ -140,16 +140,24 @@ def test_numba_counts_row_strategies(sort_above, block_rows):
     preds, target = tie_heavy_case(5, rows=50, num_classes=12, levels=4)
     known = target != -1
     positive = (target == 1) & known
-    rows, cols, counts, known_count, nan = _numba_kernel.label_counts_numba(
-        preds, positive, known, sort_above=sort_above, block_rows=block_rows, check_nan=True
-    )
-    assert not nan and known_count.tolist() == known.sum(1).tolist()
-    assert (rows * 12 + cols).tolist() == positive.reshape(-1).nonzero().squeeze(1).tolist()
     want = naive_counts(preds, target, -1)
-    for name in FIELDS:
-        assert getattr(counts, name).tolist() == [want[name][r][c] for r, c in zip(rows.tolist(), cols.tolist())]
+    for max_positives in (1, 7, 10**6):
+        known_count, blocks = _numba_kernel.label_counts_numba(
+            preds, positive, known, sort_above=sort_above, block_rows=block_rows, check_nan=True,
+            max_positives=max_positives,
+        )
+        assert known_count.tolist() == known.sum(1).tolist()
+        blocks = list(blocks)
+        assert not any(block.nan_found for block in blocks)
+        assert len(blocks) > 1 or max_positives > 7
+        rows, cols = torch.cat([b.rows for b in blocks]), torch.cat([b.cols for b in blocks])
+        assert (rows * 12 + cols).tolist() == positive.reshape(-1).nonzero().squeeze(1).tolist()
+        for name in FIELDS:
+            got = torch.cat([getattr(b.counts, name) for b in blocks])
+            assert got.tolist() == [want[name][r][c] for r, c in zip(rows.tolist(), cols.tolist())]
     preds[3, 4] = float("nan")
-    assert _numba_kernel.label_counts_numba(preds, positive, known, check_nan=True)[-1]
+    blocks = _numba_kernel.label_counts_numba(preds, positive, known, check_nan=True, max_positives=5)[1]
+    assert [block.nan_found for block in blocks].count(True) == 1
 
 
 @pytest.mark.parametrize("ties", ["max", "index"])

@@ -212,8 +212,9 @@ def test_kernel_argument_errors():
     with pytest.raises(TypeError, match=r"float16, bfloat16, float32 or float64 scores on the CPU, but got dtype "
                        r"torch.int32 on cpu"):
         kernel.ranking_sums_numba(scores.int(), positive, None, *sums)
-    with pytest.raises(ValueError, match=r"`ties` must be one of \('max', 'index'\), but got 'min'"):
-        kernel.ranking_sums_numba(scores, positive, None, *sums, ties="min")
+    for ties in ("min", "expected"):  # "expected" is a reduction over label counts, not a kernel variant
+        with pytest.raises(ValueError, match=rf"numba kernel ranks with `ties` in \('max', 'index'\), but got '{ties}'"):
+            kernel.ranking_sums_numba(scores, positive, None, *sums, ties=ties)
     with pytest.raises(ValueError, match=r"`positive` must be a bool tensor of the shape of `preds` \(2, 3\), but "
                        r"got dtype torch.int64"):
         kernel.ranking_sums_numba(scores, positive.long(), None, *sums)

@@ -37,7 +37,7 @@ from torch_lwlrap import (
 from torch_lwlrap._ranking import use_engine
 
 AVERAGES = ("weighted", "macro", "none")
-TIES = ("max", "index")
+TIES = ("max", "index", "expected")
 IGNORE = -1
 TOL = 1e-12
 #: Every (device, engine path) pair the property-based tests check on each drawn case.

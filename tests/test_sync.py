@@ -134,7 +134,7 @@ def _meta_reads(name, validate_args, target_dtype, *, ties="max", ignore_index=N
 @pytest.mark.parametrize("name", list(METRICS))
 @pytest.mark.parametrize("target_dtype", TARGET_DTYPES, ids=str)
 @pytest.mark.parametrize("ignore_index", [None, IGNORE], ids=["all-known", "ignore"])
-@pytest.mark.parametrize("ties", ["max", "index"])
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
 def test_update_without_value_checks_reads_nothing_on_the_host(name, target_dtype, ignore_index, ties):
     assert _meta_reads(name, False, target_dtype, ties=ties, ignore_index=ignore_index) == []
 

@@ -336,8 +336,9 @@ def test_kernel_argument_errors():
     )
     with pytest.raises(TypeError, match=r"float16, bfloat16, float32 or float64 scores, but got dtype torch.int32"):
         kernel.ranking_sums_triton(scores, positive, None, *sums)
-    with pytest.raises(ValueError, match=r"`ties` must be one of \('max', 'index'\), but got 'min'"):
-        kernel.ranking_sums_triton(scores.float(), positive, None, *sums, ties="min")
+    for ties in ("min", "expected"):  # "expected" is a reduction over label counts, not a kernel variant
+        with pytest.raises(ValueError, match=rf"triton kernel ranks with `ties` in \('max', 'index'\), but got '{ties}'"):
+            kernel.ranking_sums_triton(scores.float(), positive, None, *sums, ties=ties)
     message = r"`positive` must be a bool tensor of the shape of `preds` \(2, 3\), but got dtype torch.int64"
     with pytest.raises(ValueError, match=message):
         kernel.ranking_sums_triton(scores.float(), positive.long(), None, *sums)

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch_lwlrap._ranking import EngineFallbackWarning
+    from torch_lwlrap._tie_report import TieReport, tie_report
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
     from torch_lwlrap.ranking_functional import (
         multilabel_coverage_error,
@@ -23,6 +24,7 @@ __all__ = [
     "MultilabelRankingLoss",
     "MultilabelRankingMetrics",
     "MultilabelRetrievalAtK",
+    "TieReport",
     "__version__",
     "multilabel_coverage_error",
     "multilabel_lrap",
@@ -31,6 +33,7 @@ __all__ = [
     "multilabel_one_error",
     "multilabel_ranking_loss",
     "multilabel_retrieval_at_k",
+    "tie_report",
 ]
 
 _RANKING_FUNCTIONS = (
@@ -63,6 +66,10 @@ def __getattr__(name: str) -> Any:
         from torch_lwlrap import ranking_functional
 
         return getattr(ranking_functional, name)
+    if name in ("TieReport", "tie_report"):
+        from torch_lwlrap import _tie_report
+
+        return getattr(_tie_report, name)
     if name in ("MultilabelLWLRAP", "MultilabelLRAP"):
         from torch_lwlrap import metrics
 

@@ -12,7 +12,11 @@ from typing import Iterator, Optional, Tuple
 import torch
 from torch import Tensor
 
-TIES = ("max", "index")
+from torch_lwlrap._tie_rules import TIES
+
+#: Tie rules the compiled kernels apply themselves; the others are reductions over label counts.
+KERNEL_TIES = ("max", "index")
+
 AVERAGES = ("weighted", "macro", "none")
 
 #: Bytes of temporaries that formatting a batch may take at a time: the label masks of a non-bool target, the copies
@@ -73,7 +77,11 @@ def check_kernel_args(
 
     ``sums`` are the five outputs in the order of :class:`torch_lwlrap._ranking.RankingSums`.
     """
-    check_ties(ties)
+    if ties not in KERNEL_TIES:
+        raise ValueError(
+            f"The {engine} kernel ranks with `ties` in {KERNEL_TIES}, but got {ties!r}: "
+            "ranking_sums computes the other rules from label counts."
+        )
     where = " on the CPU" if cpu_only else ""
     if preds.dtype not in SCORE_DTYPES or (cpu_only and preds.device.type != "cpu"):
         raise TypeError(

@@ -594,6 +594,15 @@ if numba is not None:
                 sample_sums[i] = total
 
 
+class CompactCounts(NamedTuple):
+    """The counts of the positives of a block of rows, one entry per positive in row-major order."""
+
+    rows: Tensor  #: (P,) int64, row of each positive in the input of :func:`label_counts_numba`
+    cols: Tensor  #: (P,) int64, its column
+    counts: "LabelCounts"  #: over (P,), int32, ``positive`` all True
+    nan_found: bool  #: ``check_nan`` found a NaN in the block's rows
+
+
 def label_counts_numba(
     preds: Tensor,
     positive: Tensor,
@@ -602,8 +611,9 @@ def label_counts_numba(
     block_rows: int = BLOCK_ROWS,
     sort_above: Optional[int] = None,
     check_nan: bool = False,
+    max_positives: int = 1 << 22,
 ):
-    """The counts of every positive of a chunk of rows, compact: one entry per positive, in row-major order.
+    """The counts of every positive of a chunk of rows, compact: ``(known labels per row, blocks)``.
 
     The counting pass of :func:`torch_lwlrap._ranking.label_counts_chunks` on the CPU: for each positive ``j`` with
     score ``s``, one pass over its row counts the known labels scoring above ``s``, equal to ``s`` and equal at a
@@ -614,46 +624,64 @@ def label_counts_numba(
         preds, positive, known: as for :func:`ranking_sums_numba`.
         block_rows, sort_above: tuning and tests only, as for :func:`ranking_sums_numba`.
         check_nan: also look for NaN scores, in the same pass over the rows.
+        max_positives: positives counted per block of rows (each takes 40 bytes); tests and tuning only.
 
     Returns:
-        ``(rows, cols, counts, sample_known_count, nan_found)``: int64 ``(P,)`` row and column of each positive,
-        their :class:`torch_lwlrap._tie_rules.LabelCounts` over ``(P,)`` (int32, ``positive`` all True), int64
-        ``(N,)`` known labels per row, and whether ``check_nan`` found a NaN.
+        ``(sample_known_count, blocks)``: the int64 ``(N,)`` known labels of each row, counted first, and an
+        iterator of :class:`CompactCounts` over consecutive blocks of rows, each computed as it is reached.
     """
-    from torch_lwlrap._tie_rules import LabelCounts
-
     if numba is None:
         raise RuntimeError("The numba engine needs numba: install it with `pip install torch-lwlrap[cpu]`.")
     if block_rows < 1:
         raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
     num_samples, num_classes = preds.shape
-    sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
-    scores = preds if preds.dtype in (torch.float32, torch.float64) else preds.to(torch.float32)
-    scores = scores.contiguous()
     positives = positive.contiguous()
     knowns = np.ones((1, 1), dtype=np.uint8) if known is None else known.contiguous().numpy().view(np.uint8)
     positive_bytes = positives.numpy().view(np.uint8).reshape(-1)
-    head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
-    positive_words = positive_bytes[head : head + (positive_bytes.size - head) // 8 * 8].view(np.uint64)
-    blocks = max(1, -(-num_samples // block_rows))
     per_row = np.zeros(num_samples, dtype=np.int64)
     known_count = torch.empty(num_samples, dtype=torch.int64)
-    args = (positive_bytes, positive_words, head, knowns, known is not None, num_classes, block_rows)
-    _run(_count_positives, num_samples * num_classes, *args, per_row, known_count.numpy())
+    # One serial pass: a parallel region costs more than summing the bytes when other processes hold the cores.
+    _count_positives(positive_bytes, knowns, known is not None, num_classes, per_row, known_count.numpy())
     offsets = np.zeros(num_samples + 1, dtype=np.int64)
     np.cumsum(per_row, out=offsets[1:])
-    total = int(offsets[-1])
-    rows = torch.empty(total, dtype=torch.int64)
-    cols = torch.empty(total, dtype=torch.int64)
-    fields = [torch.empty(total, dtype=torch.int32) for _ in range(6)]
-    nan_flags = np.zeros(blocks, dtype=np.uint8)
-    if num_samples and num_classes:
-        _run(
-            _count_rows, num_samples * num_classes, scores.numpy(), *args, sort_above, offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
-            check_nan, nan_flags,
-        )
-    counts = LabelCounts(torch.ones(total, dtype=torch.bool), *fields)
-    return rows, cols, counts, known_count, bool(nan_flags.any())
+    return known_count, _count_blocks(
+        preds, positives, positive_bytes, knowns, known is not None, offsets, block_rows, sort_above, check_nan,
+        max_positives,
+    )
+
+
+def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, block_rows, sort_above, check_nan,
+                  max_positives):
+    from torch_lwlrap._tie_rules import LabelCounts
+
+    num_samples, num_classes = preds.shape
+    sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
+    head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
+    positive_words = positive_bytes[head : head + (positive_bytes.size - head) // 8 * 8].view(np.uint64)
+    native = preds.dtype in (torch.float32, torch.float64)
+    rows_per_chunk = max(1, CHUNK_ELEMENTS // max(num_classes, 1))
+    start = 0
+    while start < num_samples:
+        # As many rows as fit max_positives (at least one), and as fit a chunk when the scores must be converted.
+        stop = int(np.searchsorted(offsets, offsets[start] + max_positives, side="right")) - 1
+        stop = min(max(stop, start + 1), num_samples if native else start + rows_per_chunk, num_samples)
+        scores = preds[start:stop]
+        scores = (scores if native else scores.to(torch.float32)).contiguous()
+        block_offsets = offsets[start : stop + 1] - offsets[start]
+        total = int(block_offsets[-1])
+        rows = torch.empty(total, dtype=torch.int64)
+        cols = torch.empty(total, dtype=torch.int64)
+        fields = [torch.empty(total, dtype=torch.int32) for _ in range(6)]
+        nan_flags = np.zeros(max(1, -(-(stop - start) // block_rows)), dtype=np.uint8)
+        if num_classes:
+            _run(
+                _count_rows, (stop - start) * num_classes, scores.numpy(), positive_bytes, positive_words, head, knowns, has_known, num_classes, block_rows,
+                sort_above, start, block_offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
+                check_nan, nan_flags,
+            )
+        yield CompactCounts(rows, cols, LabelCounts(torch.ones(total, dtype=torch.bool), *fields),
+                            bool(nan_flags.any()))
+        start = stop
 
 
 if numba is not None:
@@ -671,48 +699,49 @@ if numba is not None:
                 kept += 1
         return kept
 
-    @_parallel_and_serial
-    def _count_positives(flags, words, head, known, has_known, num_classes, block_rows, per_row, known_count):
-        """Known positives and known labels of each row."""
-        num_samples = per_row.shape[0]
-        for block in prange(-(-num_samples // block_rows)):
-            columns = np.empty(num_classes, dtype=np.int64)
-            for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
-                krow = known[i] if has_known else known[0]
-                per_row[i] = _known_positive_columns(
-                    flags, words, head, krow, has_known, i * num_classes, num_classes, columns
-                )
-                num_known = np.int32(num_classes)
-                if has_known:
-                    num_known = np.int32(0)
-                    for k in range(num_classes):
-                        num_known = np.int32(num_known + np.int32(krow[k]))
-                known_count[i] = num_known
+    @njit(cache=True, nogil=True)
+    def _count_positives(flags, known, has_known, num_classes, per_row, known_count):
+        """Known positives and known labels of each row: vectorized sums of the 0/1 bytes."""
+        for i in range(per_row.shape[0]):
+            row = flags[i * num_classes : (i + 1) * num_classes]
+            found = np.int32(0)
+            num_known = np.int32(num_classes)
+            if has_known:
+                krow = known[i]
+                num_known = np.int32(0)
+                for k in range(num_classes):
+                    found = np.int32(found + np.int32(row[k] & krow[k]))
+                    num_known = np.int32(num_known + np.int32(krow[k]))
+            else:
+                for k in range(num_classes):
+                    found = np.int32(found + np.int32(row[k]))
+            per_row[i] = found
+            known_count[i] = num_known
 
     @njit(cache=True, nogil=True)
     def _counts_in_row(row, krow, has_known, j):
-        """``(above, tied, tied_before)`` of the label in column ``j``: one vectorized pass over the row."""
+        """``(above, tied, tied_before)`` of the label in column ``j``: vectorized passes over the row (one count
+        per loop: LLVM vectorizes single reductions best)."""
         score = row[j]
         num_classes = row.shape[0]
         above = np.int32(0)
         tied = np.int32(0)
+        before = np.int32(0)
         if has_known:
+            for k in range(num_classes):
+                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
             for k in range(j):
-                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
-                tied = np.int32(tied + (np.int32(row[k] == score) & np.int32(krow[k])))
-            before = tied
+                before = np.int32(before + (np.int32(row[k] == score) & np.int32(krow[k])))
             for k in range(j, num_classes):
-                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
                 tied = np.int32(tied + (np.int32(row[k] == score) & np.int32(krow[k])))
         else:
+            for k in range(num_classes):
+                above = np.int32(above + np.int32(row[k] > score))
             for k in range(j):
-                above = np.int32(above + np.int32(row[k] > score))
-                tied = np.int32(tied + np.int32(row[k] == score))
-            before = tied
+                before = np.int32(before + np.int32(row[k] == score))
             for k in range(j, num_classes):
-                above = np.int32(above + np.int32(row[k] > score))
                 tied = np.int32(tied + np.int32(row[k] == score))
-        return above, tied, before
+        return above, np.int32(tied + before), before
 
     @njit(cache=True, nogil=True)
     def _sorted_counts(values, count, column_of, at, above, tied, before):
@@ -769,6 +798,7 @@ if numba is not None:
         num_classes,
         block_rows,
         sort_above,
+        first_row,
         offsets,
         rows,
         cols,
@@ -795,14 +825,15 @@ if numba is not None:
                         nan = np.int32(nan | np.int32(row[k] != row[k]))
                     if nan:
                         nan_flags[block] = 1
-                krow = known[i] if has_known else known[0]
+                krow = known[first_row + i] if has_known else known[0]
                 at = offsets[i]
                 num_positives = offsets[i + 1] - at
                 if num_positives == 0:
                     continue
-                _known_positive_columns(flags, words, head, krow, has_known, i * num_classes, num_classes, columns)
+                row_start = (first_row + i) * num_classes
+                _known_positive_columns(flags, words, head, krow, has_known, row_start, num_classes, columns)
                 for q in range(num_positives):
-                    rows[at + q] = i
+                    rows[at + q] = first_row + i
                     cols[at + q] = columns[q]
                 if num_positives > sort_above:
                     _sort_row_counts(row, krow, has_known, columns, num_positives, at, counts_out, slots)

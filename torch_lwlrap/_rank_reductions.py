@@ -132,11 +132,22 @@ def positive_counts_chunks(
     first = 0
     chunks = formatted_chunks(preds, target, ignore_index, None, forced_chunk_elements(), True)
     for scores, positive, known, _ in chunks:
-        rows, cols, counts, known_count, _ = _numba_kernel.label_counts_numba(scores, positive, known)
+        known_count, blocks = _numba_kernel.label_counts_numba(scores, positive, known)
+        rows, cols, counts = _joined_blocks(list(blocks))
         num_rows, num_classes = scores.shape
         positive_count = torch.bincount(rows, minlength=num_rows)
         yield first, PositiveEntries(counts, rows, cols, None, positive_count, known_count, num_rows, num_classes)
         first += num_rows
+
+
+def _joined_blocks(blocks) -> Tuple[Tensor, Tensor, LabelCounts]:
+    """The numba pass's compact blocks of one chunk as one ``(rows, cols, counts)``."""
+    if not blocks:
+        empty = torch.zeros(0, dtype=torch.int32)
+        return empty.long(), empty.long(), LabelCounts(empty.bool(), *[empty] * (len(LabelCounts._fields) - 1))
+    rows = torch.cat([block.rows for block in blocks])
+    cols = torch.cat([block.cols for block in blocks])
+    return rows, cols, LabelCounts(*(torch.cat(field) for field in zip(*(block.counts for block in blocks))))
 
 
 def positive_entries(counts: LabelCounts) -> PositiveEntries:

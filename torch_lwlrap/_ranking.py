@@ -56,6 +56,7 @@ from typing import Iterator, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap._checks import KERNEL_TIES
 from torch_lwlrap._tie_rules import LabelCounts, label_precision
 
 __all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "use_engine"]
@@ -255,7 +256,8 @@ def ranking_sums(
         preds: ``(N, C)`` floating scores, ranked as given (ties in the given dtype are real ties).
         positive: ``(N, C)`` bool, the positive labels; a label where ``known`` is False is not positive.
         known: ``(N, C)`` bool or None; labels that are False are removed from their row's ranking.
-        ties: ``"max"`` or ``"index"``.
+        ties: ``"max"``, ``"index"`` or ``"expected"`` (:mod:`torch_lwlrap._tie_rules`). The compiled kernels
+            apply the first two themselves; ``"expected"`` is :func:`label_precision` over :func:`label_counts`.
         check_nan: raise :class:`ScoresContainNaN` if a score is NaN (in the same pass on the numba path; with one
             more read of the scores, and a host-device sync, elsewhere).
     """
@@ -267,6 +269,9 @@ def ranking_sums(
         _warn_unavailable(engine, device)
     if check_nan and name != "numba" and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
         raise ScoresContainNaN("`preds` contains NaN.")
+    if ties not in KERNEL_TIES:
+        # A reduction over label counts: counted by the numba pass on the CPU, by a sort elsewhere.
+        return _sums_from_counts(preds, positive, known, ties, check_nan and name == "numba")
     if kernel is not None:
         # A compiled path counts the labels in the same pass as the ranks, and writes every per-sample output.
         sums = RankingSums.for_kernel(num_samples, num_classes, device)
@@ -655,13 +660,13 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
         return dense_label_counts(preds, positive, known)
     from torch_lwlrap import _numba_kernel
 
-    rows, cols, compact, _, _ = _numba_kernel.label_counts_numba(preds, positive, known)
     num_samples, num_classes = preds.shape
-    cells = rows * num_classes + cols
-    dense = [positive]
-    for field in compact[1:]:
-        out = torch.zeros(num_samples * num_classes, dtype=torch.int32)
-        dense.append(out.index_copy_(0, cells, field).view(num_samples, num_classes))
+    dense = [torch.zeros(num_samples * num_classes, dtype=torch.int32) for _ in LabelCounts._fields[1:]]
+    for block in _numba_kernel.label_counts_numba(preds, positive, known)[1]:
+        cells = block.rows * num_classes + block.cols
+        for out, field in zip(dense, block.counts[1:]):
+            out.index_copy_(0, cells, field)
+    dense = [positive] + [out.view(num_samples, num_classes) for out in dense]
     return LabelCounts(*dense)
 
 
@@ -704,3 +709,99 @@ def dense_label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor])
         torch.empty_like(value).scatter_(1, order, torch.where(positive_sorted, value, 0)) for value in sorted_counts
     )
     return LabelCounts(positive, above, above_positive, tied, tied_positive, tied_before, positive_before)
+
+
+class TieSums(NamedTuple):
+    """Sums over the positives of a batch for a tie report (:func:`tie_sums`)."""
+
+    label_count: Tensor  #: () int64, positive labels
+    tied_label_count: Tensor  #: () int64, positives whose score ties another known label of their row
+    precision_sum: Tensor  #: (4,) float64, sums of precisions under :data:`TIE_SUM_RULES`
+
+
+#: The rules whose precision sums :func:`tie_sums` gives, in order.
+TIE_SUM_RULES = ("max", "expected", "best", "worst")
+
+
+def tie_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None, *, check_nan: bool = False) -> TieSums:
+    """The sums of a tie report over a batch of ranking inputs (as :func:`ranking_sums` takes them)."""
+    device = preds.device
+    label_count = torch.zeros((), dtype=torch.int64, device=device)
+    tied_label_count = torch.zeros((), dtype=torch.int64, device=device)
+    precision_sum = torch.zeros(len(TIE_SUM_RULES), dtype=torch.float64, device=device)
+    for _, _, _, counts in _counts_blocks(preds, positive, known, check_nan)[1]:
+        label_count += counts.positive.sum()
+        tied_label_count += (counts.tied > 1).sum()
+        precision_sum += torch.stack([label_precision(counts, rule).sum() for rule in TIE_SUM_RULES])
+    return TieSums(label_count, tied_label_count, precision_sum)
+
+
+def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], check_nan: bool):
+    """``(known labels per row or None, blocks)``; ``blocks`` iterates ``(start, rows, cols, counts)`` over blocks of
+    rows: compact counts of the positives from the numba pass (``rows`` and ``cols`` of each), or dense ``(n, C)``
+    counts of rows ``start:start+n`` from the sort (``rows`` and ``cols`` None; known labels per row not counted).
+    With ``check_nan``, a NaN score raises :class:`ScoresContainNaN` (found in the numba pass; elsewhere with one
+    more read of the scores and a host-device sync)."""
+    num_samples, num_classes = preds.shape
+    device = preds.device
+    if _compiled_path(get_engine(), device, preds.dtype)[0] == "numba":
+        from torch_lwlrap import _numba_kernel
+
+        known_count, compact = _numba_kernel.label_counts_numba(preds, positive, known, check_nan=check_nan)
+
+        def compact_blocks():
+            for block in compact:
+                if block.nan_found:
+                    raise ScoresContainNaN("`preds` contains NaN.")
+                yield 0, block.rows, block.cols, block.counts
+
+        return known_count, compact_blocks()
+    if check_nan and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
+        raise ScoresContainNaN("`preds` contains NaN.")
+    if known is not None:
+        positive = positive & known
+    rows = _block_rows(num_classes, device)
+    rows = max(1, min(rows, (forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS) // max(num_classes, 1)))
+
+    def dense_blocks():
+        for start in range(0, num_samples, rows):
+            stop = min(start + rows, num_samples)
+            block_known = None if known is None else known[start:stop]
+            yield start, None, None, dense_label_counts(preds[start:stop], positive[start:stop], block_known)
+
+    return None, dense_blocks()
+
+
+def _sums_from_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, check_nan: bool):
+    """:class:`RankingSums` as the sums of :func:`label_precision` over the label counts (:func:`_counts_blocks`)."""
+    num_samples, num_classes = preds.shape
+    device = preds.device
+    known_count, blocks = _counts_blocks(preds, positive, known, check_nan)
+    if known_count is not None:  # compact counts: the label counts come with them
+        sums = RankingSums.for_kernel(num_samples, num_classes, device)
+        sums.sample_precision_sum.zero_()
+        sums.sample_label_count.zero_()
+        sums.sample_known_count.copy_(known_count)
+    else:
+        class_label_count, sample_label_count, sample_known_count = _label_counts(
+            positive if known is None else positive & known, known
+        )
+        sums = RankingSums(
+            torch.zeros(num_classes, dtype=torch.float64, device=device),
+            class_label_count,
+            torch.empty(num_samples, dtype=torch.float64, device=device),
+            sample_label_count,
+            sample_known_count,
+        )
+    for start, rows, cols, counts in blocks:
+        precision = label_precision(counts, ties)
+        if rows is None:
+            sums.class_precision_sum.add_(precision.sum(0))
+            torch.sum(precision, 1, out=sums.sample_precision_sum[start : start + precision.shape[0]])
+            continue
+        # index_add_ on the CPU adds in order: the sums do not depend on the number of threads.
+        sums.class_precision_sum.index_add_(0, cols, precision)
+        sums.class_label_count.add_(torch.bincount(cols, minlength=num_classes))
+        sums.sample_precision_sum.index_add_(0, rows, precision)
+        sums.sample_label_count.add_(torch.bincount(rows, minlength=num_samples))
+    return sums

@@ -27,13 +27,18 @@ these expectations: exact, not sampled. Without ties (``g = 1``) the three rules
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 TIES = ("max", "index", "expected")
+
+#: Rules that bound a sum of precisions over every order of tied scores (:func:`label_precision`): ``"best"`` puts
+#: each tie group's positives first, ``"worst"`` last. Each tie group contributes independently, so the sums of these
+#: precisions are the exact minimum and maximum over tie orders of any sum of precisions of whole groups (weighted
+#: lwlrap, a sample's LRAP).
+BOUNDS = ("best", "worst")
 
 
 class LabelCounts(NamedTuple):
@@ -54,7 +59,8 @@ class LabelCounts(NamedTuple):
 
 
 def label_precision(counts: LabelCounts, ties: str) -> Tensor:
-    """float64 precision of each positive under ``ties`` (``"max"``, ``"index"`` or ``"expected"``); 0 elsewhere.
+    """float64 precision of each positive under ``ties`` (``"max"``, ``"index"`` or ``"expected"``; or one of
+    :data:`BOUNDS`); 0 elsewhere.
 
     Example:
         Two positives tied at the top with a negative (``A = 0``, ``g = 3``, ``p = 2``): ``"max"`` gives each
@@ -75,13 +81,30 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
     elif ties == "index":
         precision = (above_positive + counts.tied_positive_before + 1) / (above + counts.tied_before + 1)
     elif ties == "expected":
-        tied = counts.tied.to(torch.float64)
-        s, t = harmonic_sums(counts.above, counts.tied)
-        share = (counts.tied_positive - 1).to(torch.float64) / (tied - 1).clamp(min=1)
-        precision = ((above_positive + 1) * s + share * t) / tied
+        precision = (above_positive + 1) / (above + 1)  # the value without a tie (g = 1)
+        if precision.device.type == "cpu":
+            # Most positives tie with no other label: the closed form for the others only.
+            tied = (counts.tied > 1).view(-1).nonzero().squeeze(1)
+            flat = [field.reshape(-1).index_select(0, tied) for field in counts[1:5]]
+            precision.view(-1).index_copy_(0, tied, _expected_precision(*flat))
+        else:  # no host-device sync: every entry
+            precision = _expected_precision(counts.above, counts.above_positive, counts.tied, counts.tied_positive)
+    elif ties in BOUNDS:
+        # The group's q-th positive (q = b_p + 1, in column order) at position q of the group, or g - p + q.
+        q = counts.tied_positive_before + 1
+        lost = 0 if ties == "best" else counts.tied - counts.tied_positive
+        precision = (above_positive + q) / (above + lost + q)
     else:
         raise ValueError(f"Argument `ties` must be one of {TIES}, but got {ties!r}.")
     return torch.where(counts.positive, precision, 0.0)
+
+
+def _expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:
+    """``((A_p + 1) S + (p-1)/(g-1) T) / g``, float64 (see the module's docstring)."""
+    s, t = harmonic_sums(above, tied)
+    group = tied.to(torch.float64)
+    share = (tied_positive - 1).to(torch.float64) / (group - 1).clamp(min=1)
+    return ((above_positive.to(torch.float64) + 1) * s + share * t) / group
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -91,31 +114,30 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
 # differences that are computed directly: S = log1p(g/x) + D(x, y) with x = A+1, y = A+g+1 and
 # D(x, y) = c(x) - c(y), c(z) = 1/(2z) + 1/(12z^2) - 1/(120z^4) + 1/(252z^6) - 1/(240z^8) + 1/(132z^10)
 # (truncated below 1e-16 relative for x > 32); T = g - xS = x (u - log1p(u)) - x D(x, y) with u = g/x, where
-# u - log1p(u) has its own series. For A < _SMALL, the first terms (up to A+K = _SMALL) come from exact tables and
+# u - log1p(u) has its own series. For A < _SMALL, the first terms (up to A+K = _SMALL) come from tables of their sums and
 # the rest from the series at A = _SMALL: every piece is a sum of positive terms, so nothing cancels.
 
 _SMALL = 32
 
 
-def _exact_tables():
-    s = [[0.0] * (_SMALL + 1) for _ in range(_SMALL + 1)]
-    t = [[0.0] * (_SMALL + 1) for _ in range(_SMALL + 1)]
-    for a in range(_SMALL + 1):
-        s_sum = t_sum = Fraction(0)
-        for m in range(1, _SMALL + 1 - a):
-            s_sum += Fraction(1, a + m)
-            t_sum += Fraction(m - 1, a + m)
-            s[a][m], t[a][m] = float(s_sum), float(t_sum)
-    return torch.tensor(s, dtype=torch.float64).reshape(-1), torch.tensor(t, dtype=torch.float64).reshape(-1)
-
-
-_S_TABLE, _T_TABLE = _exact_tables()
 _tables_on = {}
 
 
 def _tables(device: torch.device):
+    """``(S, T)`` tables, flat ``(_SMALL + 1)^2``: entry ``a * (_SMALL + 1) + m`` sums the terms ``K = 1..m`` after
+    ``A = a`` (``a + m <= _SMALL``, else 0). Built on ``device`` itself (no copy from the host, so no host-device
+    sync) and kept; each entry is a sum of at most 32 positive terms."""
     if device not in _tables_on:
-        _tables_on[device] = (_S_TABLE.to(device), _T_TABLE.to(device))
+        a = torch.arange(_SMALL + 1, dtype=torch.float64, device=device).unsqueeze(1)
+        k = torch.arange(1, _SMALL + 2, dtype=torch.float64, device=device)
+        inside = a + k <= _SMALL
+        s_terms = torch.where(inside, 1 / (a + k), 0.0)
+        t_terms = torch.where(inside, (k - 1) / (a + k), 0.0)
+        zero = torch.zeros(_SMALL + 1, 1, dtype=torch.float64, device=device)
+        # Column m holds the sum of the first m terms.
+        _tables_on[device] = tuple(
+            torch.cat([zero, terms.cumsum(1)[:, :-1]], 1).reshape(-1) for terms in (s_terms, t_terms)
+        )
     return _tables_on[device]
 
 
@@ -135,18 +157,16 @@ def _u_minus_log1p(u: Tensor) -> Tensor:
     return torch.where(u <= 0.5, small, u - torch.log1p(u))
 
 
+def _tail(z2: Tensor) -> Tensor:
+    """``c(z) - 1/(2z)`` from ``z2 = 1/z^2``, by Horner's rule."""
+    return z2 * (1 / 12 + z2 * (-1 / 120 + z2 * (1 / 252 + z2 * (-1 / 240 + z2 / 132))))
+
+
 def _series_sums(x: Tensor, r: Tensor) -> tuple:
     """``(S, T)`` over ``K = 1..r`` after ``A = x - 1`` labels, ``x >= _SMALL + 1``, from the digamma series."""
     y = x + r
-    ix2, iy2 = 1 / (x * x), 1 / (y * y)
     # D = c(x) - c(y); its first term, the only one that matters against T's size, factored by y - x = r.
-    d = r / (2 * x * y) + (
-        (ix2 - iy2) / 12
-        - (ix2**2 - iy2**2) / 120
-        + (ix2**3 - iy2**3) / 252
-        - (ix2**4 - iy2**4) / 240
-        + (ix2**5 - iy2**5) / 132
-    )
+    d = r / (2 * x * y) + (_tail(1 / (x * x)) - _tail(1 / (y * y)))
     u = r / x
     s = torch.log1p(u) + d
     t = x * _u_minus_log1p(u) - x * d

@@ -174,7 +174,8 @@ def multilabel_lwlrap(
         average: ``"weighted"`` (the challenge metric), ``"macro"`` (mean over classes with a positive) or
             ``"none"`` (per-class tensor ``(C,)``, NaN for a class without positive).
         ties: ``"max"``: tied scores share the lowest rank (scikit-learn's rule); ``"index"``: tied scores are
-            ordered by column, lower column first.
+            ordered by column, lower column first; ``"expected"``: the exact expectation over uniformly random
+            orders of tied scores (what sort-based code such as the challenge's gives on average).
         ignore_index: target value marking unknown labels, removed from their sample's ranking.
         validate_args: check the values of the inputs (one host-device sync). Shapes are always checked.
 
@@ -297,7 +298,8 @@ def multilabel_lrap(
         target: ``0/1`` labels of the same shape, as bool, integer or float.
         num_labels: the number of classes ``C``; checked against ``preds`` when given.
         sample_weight: non-negative weights of shape ``(N,)`` (or ``(N, ...)`` matching the extra dimensions).
-        ties: ``"max"`` (scikit-learn's rule) or ``"index"`` (lower column first among tied scores).
+        ties: ``"max"`` (scikit-learn's rule), ``"index"`` (lower column first among tied scores) or
+            ``"expected"`` (the expectation over random orders of tied scores).
         ignore_index: target value marking unknown labels, removed from their sample's ranking.
         validate_args: check the values of the inputs (one host-device sync). Shapes are always checked.
 

@@ -90,7 +90,8 @@ class MultilabelLWLRAP(Metric):
     Args:
         num_labels: the number of classes ``C``.
         average: ``"weighted"`` (the challenge metric), ``"macro"`` or ``"none"`` (per-class scores).
-        ties: ``"max"`` (scikit-learn's rule) or ``"index"`` (lower column first among tied scores).
+        ties: ``"max"`` (scikit-learn's rule), ``"index"`` (lower column first among tied scores) or
+            ``"expected"`` (the expectation over random orders of tied scores).
         ignore_index: target value marking unknown labels, removed from their sample's ranking.
         validate_args: check input values (one host-device sync per batch); with False, ``update`` never syncs.
         kwargs: passed to :class:`torchmetrics.Metric` (``compute_on_cpu``, ``sync_on_compute``, ...).

@@ -2,7 +2,7 @@
 
 Usage::
 
-    torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index]
+    torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index|expected]
                        [--where COLUMN=VALUE] [--classes FILE] [--top K]
     python -m torch_lwlrap score TRUTH.csv PRED.csv
 

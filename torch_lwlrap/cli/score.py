@@ -12,6 +12,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from torch_lwlrap._tie_rules import TIES
 from torch_lwlrap.cli._files import (
     CommandError,
     CsvFormatError,
@@ -22,7 +23,7 @@ from torch_lwlrap.cli._files import (
     read_truth,
     select_rows,
 )
-from torch_lwlrap.cli._report import Score, format_report, print_output, write_plot
+from torch_lwlrap.cli._report import Score, format_report, print_output, summary_line, write_plot
 
 __all__ = ["add_parser", "run", "score_files"]
 
@@ -40,14 +41,16 @@ def score_files(
     Args:
         truth_path: ground truth, challenge layout (``fname,labels[,metadata...]``) or wide 0/1 table.
         pred_path: submission, ``fname,<class>,...`` with scores.
-        ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule) or ``"index"`` (tied scores are
-            ordered by the prediction file's column order, leftmost first).
+        ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule), ``"index"`` (tied scores are
+            ordered by the prediction file's column order, leftmost first) or ``"expected"`` (the mean over random
+            orders of tied scores).
         where: ``(column, value)`` conditions on the truth's metadata columns, all of which a truth row must meet
             to be scored (``[("usage", "Public")]``); prediction rows of the other truth rows are left out.
         classes_path: a vocabulary file (:func:`read_classes`): the prediction's columns must be its classes.
 
     Returns:
-        A :class:`Score`; classes are listed in the prediction file's column order.
+        A :class:`Score`; classes are listed in the prediction file's column order. When a positive label's score
+        ties another label's, ``score.extra["ties"]`` holds the :func:`torch_lwlrap.tie_report` (as a dict).
 
     Raises:
         CsvFormatError: a bad file (see :func:`read_truth`, :func:`read_predictions`), an fname in one file but
@@ -86,6 +89,7 @@ def score_files(
     # torch only now: a bad file is reported without waiting for it.
     import torch
 
+    from torch_lwlrap import tie_report
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
 
     preds = torch.from_numpy(scores)  # float64
@@ -93,6 +97,7 @@ def score_files(
     per_class, weights = multilabel_lwlrap_per_class(preds, target, ties=ties)
     lwlrap = multilabel_lwlrap(preds, target, ties=ties)
     lrap = multilabel_lrap(preds, target, ties=ties)
+    ties_found = tie_report(preds, target)
     return Score(
         lwlrap=float(lwlrap),
         lrap=float(lrap),
@@ -108,7 +113,35 @@ def score_files(
         truth_rows=len(all_truth.fnames),
         ignored_pred_rows=len(pred.fnames) - len(kept_rows),
         vocabulary=classes_path,
+        extra={"ties": ties_found.as_dict()} if ties_found.has_ties else {},
     )
+
+
+#: The advice printed under a tie report.
+TIE_ADVICE = (
+    "advice       saturated probabilities tie (float32 sigmoid is exactly 1.0 from about 17): score the logits; "
+    "--ties expected gives the mean over tie orders"
+)
+
+
+def tie_section(score: Score) -> list:
+    """The report's tie block: printed whenever a positive label's score ties another label's."""
+    report = score.extra.get("ties")
+    if not report:
+        return []
+    return [
+        summary_line(
+            "ties",
+            f"{report['tied_label_count']} of {report['label_count']} positive labels "
+            f"({100 * report['tied_share']:.1f}%) tie with another label's score",
+        ),
+        summary_line(
+            "tied lwlrap",
+            f"max {report['lwlrap_max']:.6f}, expected {report['lwlrap_expected']:.6f}, "
+            f"{report['lwlrap_worst']:.6f} to {report['lwlrap_best']:.6f} over tie orders",
+        ),
+        TIE_ADVICE,
+    ]
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
@@ -149,10 +182,11 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     parser.add_argument(
         "--ties",
-        choices=("max", "index"),
+        choices=TIES,
         default="max",
         help="tied scores: 'max' shares the lowest rank (scikit-learn's rule, default); 'index' orders them by "
-        "the prediction file's column order, leftmost first",
+        "the prediction file's column order, leftmost first; 'expected' is the exact mean over random orders of "
+        "tied scores (what sort-based code such as the challenge's gives on average)",
     )
     parser.add_argument(
         "--where",
@@ -218,7 +252,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         text = json.dumps(score.to_dict())
     else:
-        text = format_report(score, args.truth, args.pred, per_class=args.per_class, top=args.top)
+        text = format_report(
+            score, args.truth, args.pred, per_class=args.per_class, top=args.top, sections=[tie_section]
+        )
         if args.plot:
             text += f"\n\nper-class chart written to {args.plot}"
     print_output(text)
