@@ -599,6 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="tied scores: 'max' shares the lowest rank (scikit-learn's rule, default); 'index' orders them by "
         "the prediction file's column order, leftmost first",
     )
+    doctor = commands.add_parser(
+        "doctor",
+        help="check this installation: versions, values against a reference on every device, speed",
+        description="Check this installation; paste its output into an issue if something looks wrong.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     return parser
 
 
@@ -634,6 +640,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version and usage errors
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    if args.command == "doctor":
+        from torch_lwlrap.doctor import run
+
+        return run(json_output=args.json)
 
     if args.plot:
         try:
