@@ -168,8 +168,10 @@ class MultilabelLWLRAP(Metric):
         precision_sum, label_count = _lwlrap_update(
             preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
         )
-        self.precision_sum += precision_sum
-        self.label_count += label_count
+        # Out of place: a state made under torch.inference_mode() (a metric created, reset or used in a
+        # validation loop there) cannot be updated in place outside it.
+        self.precision_sum = self.precision_sum + precision_sum
+        self.label_count = self.label_count + label_count
 
     def forward(self, preds: Tensor, target: Tensor) -> Tensor:
         """Add a batch and return the lwlrap of this batch alone (``metric(preds, target)``).
@@ -319,8 +321,9 @@ class MultilabelLRAP(Metric):
         lrap_sum, weight_sum = _lrap_update(
             preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
         )
-        self.lrap_sum += lrap_sum
-        self.weight_sum += weight_sum
+        # Out of place, as in MultilabelLWLRAP.update: the state may have been made under torch.inference_mode().
+        self.lrap_sum = self.lrap_sum + lrap_sum
+        self.weight_sum = self.weight_sum + weight_sum
 
     def forward(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> Tensor:
         """Add a batch and return the LRAP of this batch alone (``metric(preds, target)``).
