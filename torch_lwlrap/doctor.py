@@ -339,7 +339,12 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
 def format_report(report: Dict[str, Any]) -> str:
     info = report["versions"]
     lines = ["torch-lwlrap doctor", ""]
-    rows = [[name, "not installed" if value is None else str(value)] for name, value in info.items() if name != "gpus"]
+    absent = {"cuda": "none (a CPU build of torch)", "driver": "none (no CUDA GPU)"}
+    rows = [
+        [name, absent.get(name, "not installed") if value is None else str(value)]
+        for name, value in info.items()
+        if name != "gpus"
+    ]
     rows += [[gpu["device"], f"{gpu['name']} (compute capability {gpu['capability']})"] for gpu in info["gpus"]]
     lines += _table(["component", "version"], rows)
     lines.append("")
