@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every check that needs a CUDA GPU, in one run (about 8 minutes on an H100):
 #
+#   0. torch-lwlrap doctor: versions, exact values on the CPU and every GPU for each score dtype, first-call
+#      (Triton JIT) and steady-state times at 1M x 527 (what a user pastes into an issue);
 #   1. the whole test suite on the GPU (CUDA tests and the compiled Triton kernel included);
 #   2. benchmarks/gpu_check.py: every engine path on CUDA against exact references, the no-sync check of
 #      `update(validate_args=False)`, timings against the read floor, and the Triton tile sweep;
@@ -10,8 +12,8 @@
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_session.sh
 #
-# Results land in $OUT (default: gpu_session_results/): pytest.log, gpu_check.md/.json, cuda.md/.json/.png.
-# STEPS picks the steps (default "1 2 3"): e.g. STEPS=1 and then STEPS="2 3" split the run in two.
+# Results land in $OUT (default: gpu_session_results/): doctor.txt/.json, pytest.log, gpu_check.md/.json, cuda.md/.json/.png.
+# STEPS picks the steps (default "0 1 2 3"): e.g. STEPS="0 1" and then STEPS="2 3" split the run in two.
 # PYTEST_ARGS (default: the whole suite) narrows step 1, so that it too can be split across runs, e.g.
 #   PYTEST_ARGS="tests/test_core.py tests/test_reliability.py" and then
 #   PYTEST_ARGS="--ignore=tests/test_core.py --ignore=tests/test_reliability.py" (pytest.log is named after the part).
@@ -22,9 +24,16 @@ out="${OUT:-gpu_session_results}"
 mkdir -p "$out"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 status=0
-steps=" ${STEPS:-1 2 3} "
+steps=" ${STEPS:-0 1 2 3} "
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+
+if [[ "$steps" == *" 0 "* ]]; then
+    echo "== 0. torch-lwlrap doctor"
+    python3 -m torch_lwlrap doctor | tee "$out/doctor.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=4
+    python3 -m torch_lwlrap doctor --json > "$out/doctor.json" || true
+fi
 
 if [[ "$steps" == *" 1 "* ]]; then
     echo "== 1. test suite on $(python3 -c 'import torch; print(torch.cuda.get_device_name(0))')"

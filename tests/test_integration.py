@@ -162,6 +162,34 @@ def test_collection_with_different_tie_rules_and_compute_groups():
     assert not any({"max", "index"} <= set(group) for group in collection.compute_groups.values())
 
 
+def first_state_equal(metric1, metric2):
+    """How torchmetrics before 1.7 decides whether two metrics can share one compute group: its state comparison
+    returns after the *first* tensor state (a ``return`` inside the loop over ``_defaults``)."""
+    if metric1._defaults.keys() != metric2._defaults.keys():
+        return False
+    key = next(iter(metric1._defaults))
+    state1, state2 = getattr(metric1, key), getattr(metric2, key)
+    return state1.shape == state2.shape and torch.allclose(state1.double(), state2.double())
+
+
+@pytest.mark.parametrize("cls", [MultilabelLWLRAP, MultilabelLRAP])
+@pytest.mark.parametrize(
+    "other",
+    [{"ties": "index"}, {"ignore_index": -1}, {"ignore_index": 2}, {"num_labels": 5}],
+    ids=["ties", "ignore_index", "another_ignore_index", "num_labels"],
+)
+def test_metrics_with_different_options_never_look_equal_to_older_torchmetrics(cls, other):
+    # a batch without ties or ignored labels: every option gives the same sums, only the options tell them apart
+    preds, target = torch.tensor([[0.1, 0.2, 0.3, 0.4]]), torch.tensor([[1, 0, 1, 0]])
+    kwargs = {"num_labels": 4, "ignore_index": 3}
+    base, changed = cls(**kwargs), cls(**{**kwargs, **other})
+    if "num_labels" not in other:
+        base.update(preds, target)
+        changed.update(preds, target)
+    assert not first_state_equal(base, changed)
+    assert first_state_equal(base, cls(**kwargs))  # same options: still one compute group
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Metric options and conventions
 

@@ -32,14 +32,21 @@ from torch_lwlrap.functional import (
 __all__ = ["MultilabelLWLRAP", "MultilabelLRAP"]
 
 
-def _add_options_tag(metric: Metric, ties: str, ignore_index: Optional[int]) -> None:
-    """A constant state that tells apart metrics whose updates differ.
+def _add_options_tag(metric: Metric, num_labels: int, ties: str, ignore_index: Optional[int]) -> None:
+    """A constant state that tells apart metrics whose updates differ; added before the sums.
 
     ``MetricCollection`` shares one state between metrics whose states are equal after the first update; two
     metrics that differ in ``ties`` or ``ignore_index`` may agree on one batch and differ on the next, so they must
-    never share. The tag never changes (``"max"`` reduction keeps it across processes and merges).
+    never share. torchmetrics before 1.7 compares only the *first* state of two metrics, so the tag must come first
+    for its difference to be seen there. The tag never changes (``"max"`` reduction keeps it across processes and
+    merges).
     """
-    value = [TIES.index(ties), 0 if ignore_index is None else 1, 0 if ignore_index is None else ignore_index]
+    value = [
+        TIES.index(ties),
+        0 if ignore_index is None else 1,
+        0 if ignore_index is None else ignore_index,
+        num_labels,
+    ]
     metric.add_state("options_tag", torch.tensor(value, dtype=torch.int64), dist_reduce_fx="max")
 
 
@@ -135,9 +142,9 @@ class MultilabelLWLRAP(Metric):
         self.ties = check_ties(ties)
         self.ignore_index = check_ignore_index(ignore_index)
         self.validate_args = validate_args
+        _add_options_tag(self, num_labels, self.ties, self.ignore_index)
         self.add_state("precision_sum", torch.zeros(num_labels, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("label_count", torch.zeros(num_labels, dtype=torch.int64), dist_reduce_fx="sum")
-        _add_options_tag(self, self.ties, self.ignore_index)
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``.
@@ -295,9 +302,9 @@ class MultilabelLRAP(Metric):
         self.ties = check_ties(ties)
         self.ignore_index = check_ignore_index(ignore_index)
         self.validate_args = validate_args
+        _add_options_tag(self, num_labels, self.ties, self.ignore_index)
         self.add_state("lrap_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
-        _add_options_tag(self, self.ties, self.ignore_index)
 
     def update(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> None:
         """Add a batch, optionally with non-negative per-sample weights ``(N,)``.

@@ -27,6 +27,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from torch_lwlrap.cli import doctor as _doctor
 from torch_lwlrap.cli import score as _score
 from torch_lwlrap.cli._files import CommandError, CsvFormatError, Predictions, Truth, read_predictions, read_truth
 from torch_lwlrap.cli._report import Score, format_report
@@ -51,7 +52,7 @@ PROG = "torch-lwlrap"
 # The subcommands, in the order `--help` lists them. A subcommand is a module of this package with
 # `add_parser(commands)`, which adds its parser and sets `run=` on it, and `run(args) -> int`; adding one is adding
 # its module and a line here.
-SUBCOMMANDS = (_score,)
+SUBCOMMANDS = (_score, _doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,125 @@
+"""``torch-lwlrap doctor``: its reference against the suite's own (and brute force), its report, its exit status."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from tests.reference import make_case, naive_lrap, naive_lwlrap
+from torch_lwlrap import cli, doctor, functional
+from torch_lwlrap._checks import TIES
+
+
+@pytest.fixture
+def small_timing(monkeypatch):
+    """Steady-state timings at a small size: the checks stay complete, the test stays quick."""
+    monkeypatch.setattr(doctor, "TIMING_SIZES", {"cpu": (300, 40), "cuda": (300, 40)})
+
+
+def test_every_tie_rule_has_a_reference():
+    assert set(TIES) <= set(doctor.REFERENCE_PRECISION)
+
+
+@pytest.mark.parametrize("ties", ["max", "index"])
+@pytest.mark.parametrize("ignore_index", [None, -1])
+def test_reference_equals_the_suites_naive_loops(ties, ignore_index):
+    for seed in range(4):
+        preds, target = make_case(seed, 30, 9, ignore_index=ignore_index, density=0.4)
+        scores, labels = preds.double().numpy(), target.numpy()
+        got = doctor.reference_values(scores, labels, ties, ignore_index)
+        np.testing.assert_allclose(
+            got["lwlrap per class"], naive_lwlrap(preds, target, ties, ignore_index, average="none"), rtol=1e-12
+        )
+        np.testing.assert_allclose(got["lwlrap"], naive_lwlrap(preds, target, ties, ignore_index), rtol=1e-12)
+        np.testing.assert_allclose(got["lrap"], naive_lrap(preds, target, ties, ignore_index), rtol=1e-12)
+
+
+def _expected_by_enumeration(scores, positive):
+    """Mean over every order of each tie group (all permutations) of the strict-order precision of each positive."""
+    n = len(scores)
+    out = {}
+    for j in range(n):
+        if not positive[j]:
+            continue
+        tied = [k for k in range(n) if scores[k] == scores[j]]
+        above = [k for k in range(n) if scores[k] > scores[j]]
+        total, orders = Fraction(0), 0
+        for order in itertools.permutations(tied):
+            place = order.index(j)
+            first = above + list(order[: place + 1])
+            total += Fraction(sum(positive[k] for k in first), len(first))
+            orders += 1
+        out[j] = total / orders
+    return out
+
+
+def test_expected_rule_reference_is_the_mean_over_every_order_of_tied_labels():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        n = int(rng.integers(1, 7))
+        scores = rng.integers(0, 3, n).astype(float)
+        positive = rng.random(n) < 0.5
+        positive[rng.integers(n)] = True
+        higher = scores[None, :] > scores[:, None]
+        tied = scores[None, :] == scores[:, None]
+        counts = [m.sum(1)[positive] for m in (higher, higher & positive, tied, tied & positive, tied, tied)]
+        got = doctor.REFERENCE_PRECISION["expected"](*counts)
+        expected = _expected_by_enumeration(scores, positive)
+        assert np.allclose(got, [float(expected[j]) for j in np.flatnonzero(positive)], rtol=1e-12, atol=0)
+
+
+def test_doctor_reports_every_device_and_dtype_and_exits_zero(small_timing, capsys):
+    assert doctor.main(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True
+    assert report["versions"]["torch"] == torch.__version__
+    assert report["versions"]["numpy"] == np.__version__
+    expected = {(str(device), str(dtype)[6:]) for device in doctor.devices() for dtype in doctor.DTYPES}
+    assert {(check["device"], check["dtype"]) for check in report["checks"]} == expected
+    for check in report["checks"]:
+        assert check["agrees"] and not check["failures"] and not check["errors"]
+        assert check["ties"] == [rule for rule in TIES if rule in doctor.REFERENCE_PRECISION]
+        assert check["cases"] == 3 * 2 * len(check["ties"])  # batches x ignore_index x tie rules
+        assert check["first call s"] > 0 and check["steady s"] > 0 and check["read floor s"] > 0
+        assert check["rows/s"] == pytest.approx(300 / check["steady s"], rel=1e-12)
+        assert check["auto path"] in ("numba", "triton", "sort", "count")
+
+
+def test_doctor_through_the_command_line_prints_the_tables(small_timing, capsys):
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "torch-lwlrap doctor" in out and "all values agree" in out
+    for name in ("python", "torch", "torchmetrics", "numpy", "numba", "triton", "cuda", "driver"):
+        assert any(line.split()[:1] == [name] for line in out.splitlines()), name
+    rows = [line.split() for line in out.splitlines() if line.startswith("cpu ")]
+    assert [row[1] for row in rows] == ["float16", "bfloat16", "float32", "float64"]
+    assert all(row[3] == "yes" for row in rows)
+
+
+def test_a_planted_disagreement_gives_a_non_zero_exit_status(small_timing, monkeypatch, capsys):
+    ranking_sums = functional.ranking_sums
+
+    def off_by_a_little(*args, **kwargs):  # one class's precision sum off by 1e-9: a wrong value, not a crash
+        sums = ranking_sums(*args, **kwargs)
+        sums.class_precision_sum[0] += 1e-9
+        return sums
+
+    monkeypatch.setattr(functional, "ranking_sums", off_by_a_little)
+    assert doctor.main([]) == 1
+    out = capsys.readouterr().out
+    assert "DISAGREEMENT on cpu float32" in out and "SOME VALUES DISAGREE" in out
+
+
+def test_an_engine_that_raises_is_a_disagreement(small_timing, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(functional, "ranking_sums", broken)
+    assert doctor.main(["--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and all("planted" in check["errors"][0] for check in report["checks"])
