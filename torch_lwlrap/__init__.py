@@ -3,15 +3,21 @@
 from typing import Any
 
 from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
+from torch_lwlrap.intervals import Comparison, Interval, compare_lwlrap, multilabel_lrap_ci, multilabel_lwlrap_ci
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Comparison",
+    "Interval",
     "MultilabelLRAP",
     "MultilabelLWLRAP",
     "__version__",
+    "compare_lwlrap",
     "multilabel_lrap",
+    "multilabel_lrap_ci",
     "multilabel_lwlrap",
+    "multilabel_lwlrap_ci",
     "multilabel_lwlrap_per_class",
 ]
 
