@@ -101,6 +101,11 @@ def _positive_precisions(
         first += num_rows
 
 
+def _sparse_reduction(device: torch.device) -> bool:
+    """Whether positives are reduced one by one (``nonzero`` finds them: free on the CPU, a sync elsewhere)."""
+    return device.type == "cpu"
+
+
 def _lwlrap_bootstrap_update(
     preds: Tensor,
     target: Tensor,
@@ -126,7 +131,7 @@ def _lwlrap_bootstrap_update(
     for first, positive, precision in _positive_precisions(preds, target, ignore_index, ties, numba_path):
         precision_sum += precision.sum(0)
         label_count += positive.sum(0, dtype=torch.int64)
-        if device.type == "cpu":
+        if _sparse_reduction(device):
             # Positives are sparse: reduce each one against its sample's weights (a nonzero costs no sync here).
             flat = positive.reshape(-1).nonzero().squeeze(1)
             rows = flat.div(num_classes, rounding_mode="floor")
