@@ -1,0 +1,114 @@
+"""Command line: score a Kaggle-format submission CSV against a ground-truth CSV.
+
+Usage::
+
+    torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index]
+    python -m torch_lwlrap score TRUTH.csv PRED.csv
+
+``TRUTH.csv`` is either the challenge layout, header ``fname,labels`` with the positive class names of a row
+comma-joined in one quoted field (``a.wav,"Bark,Dog"``), or a wide 0/1 table with header ``fname,<class>,...``.
+``PRED.csv`` is the submission layout, header ``fname,<class>,...`` with one score per class. Rows are matched by
+``fname`` and classes by column name, both in any order. All scoring goes through
+:func:`torch_lwlrap.multilabel_lwlrap_per_class`, :func:`torch_lwlrap.multilabel_lwlrap` and
+:func:`torch_lwlrap.multilabel_lrap`.
+
+A bad file ends the program with exit status 2 and one line on stderr naming the file, the line, the ``fname``
+and/or the column at fault.
+
+The package, by audience: ``_files`` reads and checks the CSV files, ``_report`` formats the report, the JSON and
+the plot, and each subcommand is a module (``score``) registered in :data:`SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from torch_lwlrap.cli import score as _score
+from torch_lwlrap.cli._files import CommandError, CsvFormatError, Predictions, Truth, read_predictions, read_truth
+from torch_lwlrap.cli._report import Score, format_report
+from torch_lwlrap.cli.score import score_files
+
+__all__ = [
+    "CommandError",
+    "CsvFormatError",
+    "Predictions",
+    "Score",
+    "Truth",
+    "build_parser",
+    "format_report",
+    "main",
+    "read_predictions",
+    "read_truth",
+    "score_files",
+]
+
+PROG = "torch-lwlrap"
+
+# The subcommands, in the order `--help` lists them. A subcommand is a module of this package with
+# `add_parser(commands)`, which adds its parser and sets `run=` on it, and `run(args) -> int`; adding one is adding
+# its module and a line here.
+SUBCOMMANDS = (_score,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``torch-lwlrap``.
+
+    Example:
+        >>> args = build_parser().parse_args(["score", "truth.csv", "pred.csv", "--per-class"])
+        >>> args.command, args.truth, args.pred, args.per_class, args.ties
+        ('score', 'truth.csv', 'pred.csv', True, 'max')
+    """
+    from torch_lwlrap import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Exact lwlrap (DCASE 2019 task 2 / Freesound Audio Tagging 2019) and LRAP of multi-label "
+        "predictions.",
+        epilog="example: torch-lwlrap score truth.csv submission.csv --per-class",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    for subcommand in SUBCOMMANDS:
+        subcommand.add_parser(commands)
+    return parser
+
+
+def _error(message: str) -> int:
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; returns the exit status (0 success, 2 bad file or arguments).
+
+    Args:
+        argv: the arguments without the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        The exit status.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> with open(os.path.join(folder, "truth.csv"), "w") as f:
+        ...     _ = f.write('fname,labels\\nx.wav,"a,c"\\ny.wav,"b,c"\\n')
+        >>> with open(os.path.join(folder, "pred.csv"), "w") as f:
+        ...     _ = f.write("fname,a,b,c\\nx.wav,0.1,0.7,0.2\\ny.wav,0.1,0.7,0.2\\n")
+        >>> code = main(["score", os.path.join(folder, "truth.csv"), os.path.join(folder, "pred.csv"), "--json"])
+        ... # doctest: +ELLIPSIS
+        {"lwlrap": 0.79166..., "lrap": 0.79166..., "num_samples": 2, "num_labels": 4, "num_classes": 3, ...}
+        >>> code
+        0
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and usage errors
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    try:
+        return args.run(args)
+    except CommandError as err:
+        return _error(str(err))

@@ -1,0 +1,146 @@
+"""``torch-lwlrap score``: score a submission CSV against a ground-truth CSV.
+
+All scoring goes through :func:`torch_lwlrap.multilabel_lwlrap_per_class`, :func:`torch_lwlrap.multilabel_lwlrap`
+and :func:`torch_lwlrap.multilabel_lrap`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from torch_lwlrap.cli._files import CommandError, CsvFormatError, align, read_predictions, read_truth
+from torch_lwlrap.cli._report import Score, format_report, print_output, write_plot
+
+__all__ = ["add_parser", "run", "score_files"]
+
+
+def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
+    """Read a truth and a submission CSV, match rows by ``fname`` and classes by name, and score them.
+
+    Args:
+        truth_path: ground truth, challenge layout (``fname,labels``) or wide 0/1 table.
+        pred_path: submission, ``fname,<class>,...`` with scores.
+        ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule) or ``"index"`` (tied scores are
+            ordered by the prediction file's column order, leftmost first).
+
+    Returns:
+        A :class:`Score`; classes are listed in the prediction file's column order.
+
+    Raises:
+        CsvFormatError: a bad file (see :func:`read_truth`, :func:`read_predictions`), an fname in one file but
+            not the other, a truth class that is not a prediction column, or a truth without any positive label.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> with open(os.path.join(folder, "truth.csv"), "w") as f:
+        ...     _ = f.write('fname,labels\\nx.wav,"a,c"\\ny.wav,"b,c"\\n')
+        >>> with open(os.path.join(folder, "pred.csv"), "w") as f:
+        ...     _ = f.write("fname,a,b,c\\ny.wav,0.1,0.7,0.2\\nx.wav,0.1,0.7,0.2\\n")
+        >>> score = score_files(os.path.join(folder, "truth.csv"), os.path.join(folder, "pred.csv"))
+        >>> round(score.lwlrap, 4), round(score.lrap, 4), score.num_labels
+        (0.7917, 0.7917, 4)
+        >>> [round(value, 4) for value in score.per_class]
+        [0.6667, 1.0, 0.75]
+    """
+    import torch
+
+    from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
+
+    truth = read_truth(truth_path)
+    pred = read_predictions(pred_path)
+    target_np = align(truth, pred)
+    counts = target_np.sum(axis=0, dtype=np.int64)
+    if counts.sum() == 0:
+        raise CsvFormatError(
+            f"truth file {truth.path!r} has no positive label at all: lwlrap is undefined without one."
+        )
+    preds = torch.from_numpy(pred.scores)  # float64
+    target = torch.from_numpy(target_np)
+    per_class, weights = multilabel_lwlrap_per_class(preds, target, ties=ties)
+    lwlrap = multilabel_lwlrap(preds, target, ties=ties)
+    lrap = multilabel_lrap(preds, target, ties=ties)
+    return Score(
+        lwlrap=float(lwlrap),
+        lrap=float(lrap),
+        num_samples=len(pred.fnames),
+        num_labels=int(counts.sum()),
+        classes=list(pred.classes),
+        per_class=[float(value) for value in per_class.tolist()],
+        weights=[float(value) for value in weights.tolist()],
+        counts=[int(value) for value in counts.tolist()],
+        truth_layout=truth.layout,
+    )
+
+
+def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
+    """Add the ``score`` subcommand to the command line's subparsers; :func:`run` runs it."""
+    parser = commands.add_parser(
+        "score",
+        help="score a submission CSV against a ground-truth CSV",
+        description="Score a Kaggle-format submission against the ground truth: prints lwlrap (label-weighted "
+        "label-ranking average precision) and LRAP. Rows are matched by fname and classes by column name, both "
+        "in any order; every fname must be in both files.",
+        epilog="Exit status: 0 on success, 2 on a bad file or bad arguments (one line on stderr).",
+    )
+    parser.add_argument(
+        "truth",
+        metavar="TRUTH.csv",
+        help="ground truth: 'fname,labels' with the positive class names of a row comma-joined in one quoted "
+        'field (a.wav,"Bark,Dog"), or a wide 0/1 table \'fname,<class>,...\'. In the first layout the classes '
+        "are the prediction's columns; in the second every class must be a prediction column.",
+    )
+    parser.add_argument(
+        "pred",
+        metavar="PRED.csv",
+        help="submission: 'fname,<class>,...' with one score per class (probabilities, logits or any real "
+        "number, ranked as given); extra classes without a positive are allowed.",
+    )
+    parser.add_argument(
+        "--per-class", action="store_true", help="add a table of per-class lwlrap, weight and count, worst first"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object {"lwlrap", "lrap", "num_samples", "num_labels", "num_classes", "per_class"} '
+        "and nothing else",
+    )
+    parser.add_argument(
+        "--plot", metavar="OUT.png", help="write a per-class bar chart, worst first (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--ties",
+        choices=("max", "index"),
+        default="max",
+        help="tied scores: 'max' shares the lowest rank (scikit-learn's rule, default); 'index' orders them by "
+        "the prediction file's column order, leftmost first",
+    )
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``torch-lwlrap score`` with the parsed arguments; raises :class:`CommandError` for the user to fix."""
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CommandError(
+                "--plot needs matplotlib, which is not installed: pip install 'torch-lwlrap[plot]'."
+            ) from None
+
+    score = score_files(args.truth, args.pred, ties=args.ties)
+    if args.plot:
+        write_plot(score, args.plot)
+
+    if args.json:
+        text = json.dumps(score.to_dict())
+    else:
+        text = format_report(score, args.truth, args.pred, per_class=args.per_class)
+        if args.plot:
+            text += f"\n\nper-class chart written to {args.plot}"
+    print_output(text)
+    return 0
