@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from torch_lwlrap._bootstrap import POISSON_THRESHOLDS
+
 try:  # numba is an optional dependency (the "cpu" extra)
     import numba
     from numba import njit, prange
@@ -69,28 +71,42 @@ if numba is not None:
         x = (x * np.int64(0x735A2D97)) & mask
         return x ^ (x >> np.int64(15))
 
+    # The Poisson thresholds as literal constants (12 of them: the rest equal 2**32, which u never reaches), so the
+    # weight is a branch-free sum of comparisons that the compiler vectorizes over replicates.
+    _T = tuple(t for t in POISSON_THRESHOLDS if t < 2**32)
+    assert len(_T) == 12
+    (_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8, _T9, _T10, _T11) = (np.int64(t) for t in _T)
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _poisson(u):
+        return (
+            np.int64(u >= _T0) + np.int64(u >= _T1) + np.int64(u >= _T2) + np.int64(u >= _T3)
+            + np.int64(u >= _T4) + np.int64(u >= _T5) + np.int64(u >= _T6) + np.int64(u >= _T7)
+            + np.int64(u >= _T8) + np.int64(u >= _T9) + np.int64(u >= _T10) + np.int64(u >= _T11)
+        )
+
     @njit(parallel=True, cache=True, nogil=True)
     def _class_sums(sample_hash, item_start, group, value, replicate_hash, thresholds, total, count, per_block):
         num_samples = sample_hash.shape[0]
         num_replicates = replicate_hash.shape[0]
-        num_thresholds = thresholds.shape[0]
-        first_threshold = thresholds[0]
         num_blocks = (num_replicates + per_block - 1) // per_block
         for block in prange(num_blocks):
             b0 = block * per_block
-            b1 = min(b0 + per_block, num_replicates)
+            width = min(per_block, num_replicates - b0)
+            hashes = replicate_hash[b0 : b0 + width].copy()
+            weight = np.empty(width, dtype=np.int64)
+            weight_f = np.empty(width, dtype=np.float64)
             for s in range(num_samples):
                 hs = sample_hash[s]
-                p0 = item_start[s]
-                p1 = item_start[s + 1]
-                for b in range(b0, b1):
-                    u = _mix(hs ^ replicate_hash[b])
-                    if u < first_threshold:  # weight 0, about 37% of draws
-                        continue
-                    w = 1
-                    while w < num_thresholds and u >= thresholds[w]:
-                        w += 1
-                    for p in range(p0, p1):
-                        g = group[p]
-                        total[g, b] += w * value[p]
-                        count[g, b] += w
+                for b in range(width):
+                    w = _poisson(_mix(hs ^ hashes[b]))
+                    weight[b] = w
+                    weight_f[b] = w
+                for p in range(item_start[s], item_start[s + 1]):
+                    g = group[p]
+                    v = value[p]
+                    row_total = total[g, b0 : b0 + width]
+                    row_count = count[g, b0 : b0 + width]
+                    for b in range(width):
+                        row_total[b] += weight_f[b] * v
+                        row_count[b] += weight[b]
