@@ -484,3 +484,230 @@ if numba is not None:
                     acc[j] += precision
                     total += precision
                 sample_sums[i] = total
+
+
+def label_counts_numba(
+    preds: Tensor,
+    positive: Tensor,
+    known: Optional[Tensor],
+    *,
+    block_rows: int = BLOCK_ROWS,
+    sort_above: Optional[int] = None,
+    check_nan: bool = False,
+):
+    """The counts of every positive of a chunk of rows, compact: one entry per positive, in row-major order.
+
+    The counting pass of :func:`torch_lwlrap._ranking.label_counts_chunks` on the CPU: for each positive ``j`` with
+    score ``s``, one pass over its row counts the known labels scoring above ``s``, equal to ``s`` and equal at a
+    lower column, and one pass over the row's positives the same among positives (rows with more than
+    ``sort_above`` positives are sorted instead, as in :func:`ranking_sums_numba`).
+
+    Args:
+        preds, positive, known: as for :func:`ranking_sums_numba`.
+        block_rows, sort_above: tuning and tests only, as for :func:`ranking_sums_numba`.
+        check_nan: also look for NaN scores, in the same pass over the rows.
+
+    Returns:
+        ``(rows, cols, counts, sample_known_count, nan_found)``: int64 ``(P,)`` row and column of each positive,
+        their :class:`torch_lwlrap._tie_rules.LabelCounts` over ``(P,)`` (int32, ``positive`` all True), int64
+        ``(N,)`` known labels per row, and whether ``check_nan`` found a NaN.
+    """
+    from torch_lwlrap._tie_rules import LabelCounts
+
+    if numba is None:
+        raise RuntimeError("The numba engine needs numba: install it with `pip install torch-lwlrap[cpu]`.")
+    if block_rows < 1:
+        raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
+    num_samples, num_classes = preds.shape
+    sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
+    _use_torch_threads()
+    scores = preds if preds.dtype in (torch.float32, torch.float64) else preds.to(torch.float32)
+    scores = scores.contiguous()
+    positives = positive.contiguous()
+    knowns = np.ones((1, 1), dtype=np.uint8) if known is None else known.contiguous().numpy().view(np.uint8)
+    positive_bytes = positives.numpy().view(np.uint8).reshape(-1)
+    head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
+    positive_words = positive_bytes[head : head + (positive_bytes.size - head) // 8 * 8].view(np.uint64)
+    blocks = max(1, -(-num_samples // block_rows))
+    per_row = np.zeros(num_samples, dtype=np.int64)
+    known_count = torch.empty(num_samples, dtype=torch.int64)
+    args = (positive_bytes, positive_words, head, knowns, known is not None, num_classes, block_rows)
+    _count_positives(*args, per_row, known_count.numpy())
+    offsets = np.zeros(num_samples + 1, dtype=np.int64)
+    np.cumsum(per_row, out=offsets[1:])
+    total = int(offsets[-1])
+    rows = torch.empty(total, dtype=torch.int64)
+    cols = torch.empty(total, dtype=torch.int64)
+    fields = [torch.empty(total, dtype=torch.int32) for _ in range(6)]
+    nan_flags = np.zeros(blocks, dtype=np.uint8)
+    if num_samples and num_classes:
+        _count_rows(
+            scores.numpy(), *args, sort_above, offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
+            check_nan, nan_flags,
+        )
+    counts = LabelCounts(torch.ones(total, dtype=torch.bool), *fields)
+    return rows, cols, counts, known_count, bool(nan_flags.any())
+
+
+if numba is not None:
+
+    @njit(cache=True, nogil=True)
+    def _known_positive_columns(flags, words, head, krow, has_known, row_start, num_classes, columns):
+        """The columns of a row's positives that are known, in order, into ``columns``; returns how many."""
+        found = _positive_columns(flags, words, head, row_start, num_classes, columns)
+        if not has_known:
+            return found
+        kept = 0
+        for q in range(found):
+            if krow[columns[q]]:
+                columns[kept] = columns[q]
+                kept += 1
+        return kept
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _count_positives(flags, words, head, known, has_known, num_classes, block_rows, per_row, known_count):
+        """Known positives and known labels of each row."""
+        num_samples = per_row.shape[0]
+        for block in prange(-(-num_samples // block_rows)):
+            columns = np.empty(num_classes, dtype=np.int64)
+            for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
+                krow = known[i] if has_known else known[0]
+                per_row[i] = _known_positive_columns(
+                    flags, words, head, krow, has_known, i * num_classes, num_classes, columns
+                )
+                num_known = np.int32(num_classes)
+                if has_known:
+                    num_known = np.int32(0)
+                    for k in range(num_classes):
+                        num_known = np.int32(num_known + np.int32(krow[k]))
+                known_count[i] = num_known
+
+    @njit(cache=True, nogil=True)
+    def _counts_in_row(row, krow, has_known, j):
+        """``(above, tied, tied_before)`` of the label in column ``j``: one vectorized pass over the row."""
+        score = row[j]
+        num_classes = row.shape[0]
+        above = np.int32(0)
+        tied = np.int32(0)
+        if has_known:
+            for k in range(j):
+                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
+                tied = np.int32(tied + (np.int32(row[k] == score) & np.int32(krow[k])))
+            before = tied
+            for k in range(j, num_classes):
+                above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
+                tied = np.int32(tied + (np.int32(row[k] == score) & np.int32(krow[k])))
+        else:
+            for k in range(j):
+                above = np.int32(above + np.int32(row[k] > score))
+                tied = np.int32(tied + np.int32(row[k] == score))
+            before = tied
+            for k in range(j, num_classes):
+                above = np.int32(above + np.int32(row[k] > score))
+                tied = np.int32(tied + np.int32(row[k] == score))
+        return above, tied, before
+
+    @njit(cache=True, nogil=True)
+    def _sorted_counts(values, count, column_of, at, above, tied, before):
+        """Counts of the first ``count`` entries of ``values`` among themselves, by a stable sort (ties keep their
+        order, which is column order); entry ``e``'s counts go to index ``column_of[e]`` of the outputs, plus
+        ``at``."""
+        order = np.argsort(values[:count], kind="mergesort")
+        ordered = values[:count][order]
+        for position in range(count):
+            e = order[position]
+            score = ordered[position]
+            low = np.searchsorted(ordered, score, side="left")
+            high = np.searchsorted(ordered, score, side="right")
+            out = at + column_of[e]
+            above[out] = count - high
+            tied[out] = high - low
+            before[out] = position - low
+
+    @njit(cache=True, nogil=True)
+    def _sort_row_counts(row, krow, has_known, columns, num_positives, at, counts_out, slot_of_column):
+        """Counts of a row with many positives, by sorting its known scores and its positives' scores once."""
+        above, above_positive, tied, tied_positive, before, positive_before = counts_out
+        num_classes = row.shape[0]
+        # Known labels: their counts land in a row-sized scratch indexed by column, then the positives' are copied.
+        values = np.empty(num_classes, dtype=row.dtype)
+        column_of = np.empty(num_classes, dtype=np.int64)
+        num_known = 0
+        for k in range(num_classes):
+            if not has_known or krow[k]:
+                values[num_known] = row[k]
+                column_of[num_known] = k
+                num_known += 1
+        scratch_above = np.empty(num_classes, dtype=np.int32)
+        scratch_tied = np.empty(num_classes, dtype=np.int32)
+        scratch_before = np.empty(num_classes, dtype=np.int32)
+        _sorted_counts(values, num_known, column_of, 0, scratch_above, scratch_tied, scratch_before)
+        for q in range(num_positives):
+            j = columns[q]
+            above[at + q] = scratch_above[j]
+            tied[at + q] = scratch_tied[j]
+            before[at + q] = scratch_before[j]
+            values[q] = row[j]
+            slot_of_column[q] = q
+        _sorted_counts(values, num_positives, slot_of_column, at, above_positive, tied_positive, positive_before)
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _count_rows(
+        scores,
+        flags,
+        words,
+        head,
+        known,
+        has_known,
+        num_classes,
+        block_rows,
+        sort_above,
+        offsets,
+        rows,
+        cols,
+        above,
+        above_positive,
+        tied,
+        tied_positive,
+        before,
+        positive_before,
+        check_nan,
+        nan_flags,
+    ):
+        num_samples = scores.shape[0]
+        counts_out = (above, above_positive, tied, tied_positive, before, positive_before)
+        for block in prange(-(-num_samples // block_rows)):
+            columns = np.empty(num_classes, dtype=np.int64)
+            values = np.empty(num_classes, dtype=scores.dtype)
+            slots = np.empty(num_classes, dtype=np.int64)
+            for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
+                row = scores[i]
+                if check_nan:
+                    nan = np.int32(0)
+                    for k in range(num_classes):
+                        nan = np.int32(nan | np.int32(row[k] != row[k]))
+                    if nan:
+                        nan_flags[block] = 1
+                krow = known[i] if has_known else known[0]
+                at = offsets[i]
+                num_positives = offsets[i + 1] - at
+                if num_positives == 0:
+                    continue
+                _known_positive_columns(flags, words, head, krow, has_known, i * num_classes, num_classes, columns)
+                for q in range(num_positives):
+                    rows[at + q] = i
+                    cols[at + q] = columns[q]
+                if num_positives > sort_above:
+                    _sort_row_counts(row, krow, has_known, columns, num_positives, at, counts_out, slots)
+                    continue
+                for q in range(num_positives):
+                    values[q] = row[columns[q]]
+                for q in range(num_positives):
+                    a, t, b = _counts_in_row(row, krow, has_known, columns[q])
+                    above[at + q] = a
+                    tied[at + q] = t
+                    before[at + q] = b
+                    a, t, b = _counts_in_row(values[:num_positives], krow, False, q)
+                    above_positive[at + q] = a
+                    tied_positive[at + q] = t
+                    positive_before[at + q] = b

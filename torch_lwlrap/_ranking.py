@@ -24,6 +24,16 @@ Four interchangeable paths compute the counts; every one gives the same sums up 
 the CPU, Triton for CUDA); otherwise it picks ``"sort"`` or ``"count"`` per batch on the CPU from the label density
 (see :data:`COUNT_MAX_DENSITY`) and ``"sort"`` elsewhere (its choice needs no host-device sync). The torch paths
 process rows in chunks of about :data:`CHUNK_ELEMENTS` scores, so the workspace is bounded whatever the batch size.
+
+Per-positive counts
+-------------------
+:func:`label_counts_chunks` hands back, for each positive label, the counts every tie rule and ranking statistic is
+a function of (:class:`~torch_lwlrap._tie_rules.LabelCounts`: labels scored strictly higher, labels tied with it,
+tied labels at a lower column, and the positives among each), as dense ``(n, C)`` tensors a chunk of rows at a time;
+:func:`~torch_lwlrap._tie_rules.label_precision` turns them into each positive's precision under a tie rule. On the
+CPU a compiled pass counts them (:func:`torch_lwlrap._numba_kernel.label_counts_numba`: a pass over the row per
+positive, or a sort for rows with very many positives); elsewhere, and without numba, a stable sort of each row
+(:func:`dense_label_counts`, no host-device sync). The Triton kernel does not count them: CUDA tensors take the sort.
 """
 
 from __future__ import annotations
@@ -35,6 +45,10 @@ from typing import Iterator, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from torch_lwlrap._tie_rules import LabelCounts, label_precision
+
+__all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "use_engine"]
 
 ENGINES = ("auto", "sort", "count", "numba", "triton")
 
@@ -481,3 +495,100 @@ def _add_precisions(sums: RankingSums, start: int, found: _Positives, hits_table
     precision = hits.to(torch.float64) / rank.to(torch.float64)
     sums.class_precision_sum.index_add_(0, found.cols, precision)
     sums.sample_precision_sum[start:].index_add_(0, found.rows, precision)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Per-positive counts
+
+#: Scores per chunk of :func:`label_counts_chunks`: its seven dense ``(n, C)`` outputs take 25 bytes per score and the
+#: sort's workspace a few dozen more.
+COUNTS_CHUNK_ELEMENTS = 1 << 20
+
+
+def label_counts_chunks(
+    preds: Tensor, target: Tensor, ignore_index: Optional[int] = None
+) -> Iterator[Tuple[int, LabelCounts]]:
+    """``(first row, counts)`` for each chunk of rows of a checked batch: dense ``(n, C)`` :class:`LabelCounts`.
+
+    ``preds`` and ``target`` are ``(N, C)`` or ``(N, C, ...)`` tensors that passed
+    :func:`torch_lwlrap._checks.check_inputs` (extra dimensions become rows, as everywhere: ``first row`` counts
+    rows of the flattened ``(N * prod(...), C)`` batch). Each chunk holds about :data:`COUNTS_CHUNK_ELEMENTS`
+    scores (or the chunk size forced by :func:`use_engine`), so the workspace is bounded whatever the batch size.
+
+    Example:
+        >>> import torch
+        >>> preds = torch.tensor([[0.9, 0.5, 0.5, 0.5, 0.1]])
+        >>> target = torch.tensor([[0, 1, 0, 1, 1]])
+        >>> [(start, counts)] = list(label_counts_chunks(preds, target))
+        >>> counts.above.tolist(), counts.tied.tolist(), counts.tied_positive_before.tolist()
+        ([[0, 1, 0, 1, 4]], [[0, 3, 0, 3, 1]], [[0, 0, 0, 1, 0]])
+        >>> label_precision(counts, "max").tolist()  # (A_p + p) / (A + g)
+        [[0.0, 0.5, 0.0, 0.5, 0.6]]
+    """
+    from torch_lwlrap._checks import formatted_chunks
+
+    budget = _chunk_elements or COUNTS_CHUNK_ELEMENTS
+    name = _compiled_path(_engine, preds.device, preds.dtype)[0]
+    first_row = 0
+    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, name == "numba"):
+        yield first_row, label_counts(scores, positive, known)
+        first_row += scores.shape[0]
+
+
+def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None) -> LabelCounts:
+    """Dense ``(n, C)`` :class:`LabelCounts` of one chunk of ranking inputs (as :func:`ranking_sums` takes them)."""
+    if known is not None:
+        positive = positive & known
+    if _compiled_path(_engine, preds.device, preds.dtype)[0] != "numba":
+        return dense_label_counts(preds, positive, known)
+    from torch_lwlrap import _numba_kernel
+
+    rows, cols, compact, _, _ = _numba_kernel.label_counts_numba(preds, positive, known)
+    num_samples, num_classes = preds.shape
+    cells = rows * num_classes + cols
+    dense = [positive]
+    for field in compact[1:]:
+        out = torch.zeros(num_samples * num_classes, dtype=torch.int32)
+        dense.append(out.index_copy_(0, cells, field).view(num_samples, num_classes))
+    return LabelCounts(*dense)
+
+
+def dense_label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor]) -> LabelCounts:
+    """:class:`LabelCounts` from a stable sort of each row, on any device and without host-device sync.
+
+    ``positive`` must already exclude unknown labels. In the descending stable order, a label's tie group runs from
+    the first to the last position holding its score, and the labels ahead of it in the group are the tied ones at a
+    lower column; unknown labels stay in the order but weigh nothing in the counts.
+    """
+    num_samples, num_classes = preds.shape
+    position = torch.arange(num_classes, device=preds.device)
+    sorted_scores, order = torch.sort(preds, dim=1, descending=True, stable=True)
+    first_of_group = torch.ones(sorted_scores.shape, dtype=torch.bool, device=preds.device)
+    first_of_group[:, 1:] = sorted_scores[:, 1:] != sorted_scores[:, :-1]
+    last_of_group = torch.ones_like(first_of_group)
+    last_of_group[:, :-1] = first_of_group[:, 1:]
+    del sorted_scores
+    group_start = torch.where(first_of_group, position, 0).cummax(1).values
+    group_end = torch.where(last_of_group, position, num_classes - 1).flip(1).cummin(1).values.flip(1)
+    del first_of_group, last_of_group
+    positive_sorted = positive.gather(1, order)
+
+    def counts(weight: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        # (above, tied, tied_before) in sorted order, counting the labels where `weight` is 1.
+        through = weight.cumsum(1, dtype=torch.int32)
+        before = through - weight
+        above = before.gather(1, group_start)
+        return above, through.gather(1, group_end) - above, before - above
+
+    if known is None:
+        label = position.to(torch.int32).expand(num_samples, num_classes)
+        above, tied, tied_before = group_start.to(torch.int32), (group_end - group_start + 1).to(torch.int32), None
+        tied_before = (label - above).contiguous()
+    else:
+        above, tied, tied_before = counts(known.gather(1, order).to(torch.int32))
+    sorted_counts = (above, *counts(positive_sorted.to(torch.int32)), tied, tied_before)
+    # Back to column order, zero where not positive: (above, above_positive, tied_positive, positive_before, ...).
+    above, above_positive, tied_positive, positive_before, tied, tied_before = (
+        torch.empty_like(value).scatter_(1, order, torch.where(positive_sorted, value, 0)) for value in sorted_counts
+    )
+    return LabelCounts(positive, above, above_positive, tied, tied_positive, tied_before, positive_before)
