@@ -40,7 +40,7 @@ def _metric(kind: str, num_classes: int, num_bootstrap: int):
 
 
 def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_time: float) -> Dict:
-    from torch_lwlrap import _bootstrap, intervals
+    from torch_lwlrap import _bootstrap
 
     preds, target = make_inputs(num_samples, num_classes, None)
     row: Dict = {"num_samples": num_samples, "num_classes": num_classes, "num_bootstrap": num_bootstrap}
@@ -52,18 +52,17 @@ def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_ti
         row[f"{kind}_bootstrap_s"] = time_fast(lambda: boot.update(preds, target), min_run_time)
         row[f"{kind}_ratio"] = row[f"{kind}_bootstrap_s"] / row[f"{kind}_plain_s"]
 
-    def ranking_only():
-        for _ in intervals._positive_precisions(preds, target, None, "max", False):
-            pass
+    from torch_lwlrap._ranking import positive_label_counts_chunks
+    from torch_lwlrap._tie_rules import label_precision
 
-    chunks = list(intervals._positive_precisions(preds, target, None, "max", False))
+    def ranking_only():
+        return [
+            (rows + first, cols, label_precision(counts, "max"))
+            for first, rows, cols, counts in positive_label_counts_chunks(preds, target)
+        ]
+
+    items = ranking_only()
     key = _bootstrap.stream_key(0, 0, 0)
-    items = []
-    for first, positive, precision in chunks:
-        flat = positive.reshape(-1).nonzero().squeeze(1)
-        rows = flat.div(num_classes, rounding_mode="floor")
-        items.append((rows + first, flat - rows * num_classes, precision.reshape(-1).index_select(0, flat)))
-    del chunks
 
     def weights_only():
         for sample, group, value in items:

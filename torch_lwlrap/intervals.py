@@ -19,8 +19,9 @@ from torch import Tensor
 
 from torch_lwlrap import _bootstrap
 from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
-from torch_lwlrap._checks import check_average, check_ignore_index, check_ties, formatted_chunks
-from torch_lwlrap._ranking import forced_chunk_elements
+from torch_lwlrap._checks import check_average, check_ignore_index, check_ties
+from torch_lwlrap._ranking import label_counts_chunks, positive_label_counts_chunks
+from torch_lwlrap._tie_rules import label_precision
 from torch_lwlrap.functional import (
     _batch_totals,
     _check_batch,
@@ -66,43 +67,17 @@ class Comparison(NamedTuple):
 
 
 def _positive_precisions(
-    preds: Tensor, target: Tensor, ignore_index: Optional[int], ties: str, numba_path: bool
+    preds: Tensor, target: Tensor, ignore_index: Optional[int], ties: str
 ) -> Iterator[Tuple[int, Tensor, Tensor]]:
-    """``(first row, positive (M, C) bool, precision (M, C) float64)`` a chunk of rows at a time.
-
-    TEMPORARY: a dense sort of each chunk, until the engine's per-positive counts
-    (``_ranking.label_counts_chunks``) replace it.
-    """
-    first = 0
-    for scores, positive, known, _ in formatted_chunks(
-        preds, target, ignore_index, None, forced_chunk_elements(), numba_path
-    ):
-        if known is not None:
-            positive = positive & known
-        num_rows, num_classes = scores.shape
-        position = torch.arange(num_classes, device=scores.device)
-        sorted_scores, order = torch.sort(scores, dim=1, descending=True, stable=True)
-        positive_sorted = positive.gather(1, order)
-        hits = positive_sorted.cumsum(1, dtype=torch.int64)
-        if known is None:
-            seen = (position + 1).expand_as(hits)
-        else:
-            seen = known.gather(1, order).cumsum(1, dtype=torch.int64)
-        if ties == "max":
-            last_of_group = torch.ones_like(positive_sorted)
-            last_of_group[:, :-1] = sorted_scores[:, 1:] != sorted_scores[:, :-1]
-            group_end = torch.where(last_of_group, position, num_classes - 1)
-            group_end = group_end.flip(1).cummin(1).values.flip(1)
-            hits = hits.gather(1, group_end)
-            seen = seen.gather(1, group_end)
-        precision = torch.where(positive_sorted, hits.to(torch.float64) / seen.clamp(min=1).to(torch.float64), 0.0)
-        precision = torch.zeros_like(precision).scatter_(1, order, precision)
-        yield first, positive, precision
-        first += num_rows
+    """``(first row, positive (M, C) bool, precision (M, C) float64)`` a chunk of rows at a time, from the engine's
+    per-positive counts (one ranking of the batch)."""
+    for first, counts in label_counts_chunks(preds, target, ignore_index):
+        yield first, counts.positive, label_precision(counts, ties)
 
 
 def _sparse_reduction(device: torch.device) -> bool:
-    """Whether positives are reduced one by one (``nonzero`` finds them: free on the CPU, a sync elsewhere)."""
+    """Whether positives are reduced one by one (found compact by the engine on the CPU; a ``nonzero`` elsewhere
+    would wait for the device)."""
     return device.type == "cpu"
 
 
@@ -121,32 +96,33 @@ def _lwlrap_bootstrap_update(
     One ranking of the batch gives every positive's precision; the plain sums add them up, the replicates add them
     with the weights of their samples (drawn from ``key``; sample ``i`` of the batch is index ``i``).
     """
-    numba_path = _check_batch(preds, target, num_labels, ignore_index, validate_args)
+    _check_batch(preds, target, num_labels, ignore_index, validate_args)
     num_classes = preds.shape[1]
     device = preds.device
     precision_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
     label_count = torch.zeros(num_classes, dtype=torch.int64, device=device)
     replicate_sum = torch.zeros((num_bootstrap, num_classes), dtype=torch.float64, device=device)
     replicate_count = torch.zeros((num_bootstrap, num_classes), dtype=torch.int64, device=device)
-    for first, positive, precision in _positive_precisions(preds, target, ignore_index, ties, numba_path):
-        precision_sum += precision.sum(0)
-        label_count += positive.sum(0, dtype=torch.int64)
-        if _sparse_reduction(device):
-            # Positives are sparse: reduce each one against its sample's weights (a nonzero costs no sync here).
-            flat = positive.reshape(-1).nonzero().squeeze(1)
-            rows = flat.div(num_classes, rounding_mode="floor")
-            sums, counts = _bootstrap.class_sums(
-                key, rows + first, flat - rows * num_classes, precision.reshape(-1).index_select(0, flat),
-                num_classes, num_bootstrap,
-            )
-        else:
-            # A dense product with the weights: no host-device sync.
-            both = _bootstrap.weighted_sums(key, first, torch.cat([precision, positive.to(torch.float64)], 1),
-                                            num_bootstrap)
-            sums, counts = both[:, :num_classes], both[:, num_classes:].round().to(torch.int64)
-        replicate_sum += sums
-        replicate_count += counts
-        del positive, precision, sums, counts
+    if _sparse_reduction(device):
+        # Positives are sparse: each one's precision is reduced against its sample's weights.
+        for first, rows, cols, counts in positive_label_counts_chunks(preds, target, ignore_index):
+            precision = label_precision(counts, ties)
+            precision_sum.index_add_(0, cols, precision)
+            label_count += torch.bincount(cols, minlength=num_classes)
+            sums, count = _bootstrap.class_sums(key, rows + first, cols, precision, num_classes, num_bootstrap)
+            replicate_sum += sums
+            replicate_count += count
+            del rows, cols, counts, precision, sums, count
+    else:
+        # A dense product with the weights: no host-device sync.
+        for first, positive, precision in _positive_precisions(preds, target, ignore_index, ties):
+            precision_sum += precision.sum(0)
+            label_count += positive.sum(0, dtype=torch.int64)
+            values = torch.cat([precision, positive.to(torch.float64)], 1)
+            both = _bootstrap.weighted_sums(key, first, values, num_bootstrap)
+            replicate_sum += both[:, :num_classes]
+            replicate_count += both[:, num_classes:].round().to(torch.int64)
+            del positive, precision, values, both
     return precision_sum, label_count, replicate_sum, replicate_count
 
 
