@@ -13,10 +13,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence
 
-from torch_lwlrap.cli._files import CsvFormatError
+from torch_lwlrap.cli._files import CommandError, CsvFormatError
 
 __all__ = [
     "ReportSection",
+    "check_bootstrap_args",
     "Score",
     "format_report",
     "per_class_table",
@@ -124,11 +125,36 @@ def per_class_table(score: Score) -> List[str]:
         b             -  0.000000       0
     """
     width = max([len("class")] + [len(name) for name in score.classes])
-    lines = ["per-class lwlrap, worst first:", f"{'class':<{width}}  {'lwlrap':>8}  {'weight':>8}  {'count':>6}"]
+    ci = score.extra.get("ci")
+    header = f"{'class':<{width}}  {'lwlrap':>8}  {'weight':>8}  {'count':>6}"
+    if ci:
+        header += f"  {_level_name(ci['level']) + ' interval':>20}"
+    lines = ["per-class lwlrap, worst first:", header]
     for i in score.worst_first():
         value = "-" if math.isnan(score.per_class[i]) else f"{score.per_class[i]:.6f}"
-        lines.append(f"{score.classes[i]:<{width}}  {value:>8}  {score.weights[i]:>8.6f}  {score.counts[i]:>6}")
+        line = f"{score.classes[i]:<{width}}  {value:>8}  {score.weights[i]:>8.6f}  {score.counts[i]:>6}"
+        if ci:
+            bounds = ci["per_class"][score.classes[i]]
+            line += f"  {'-' if bounds is None else _bounds(bounds):>20}"
+        lines.append(line)
     return lines
+
+
+def _level_name(level: float) -> str:
+    return f"{100 * level:g}%"
+
+
+def _bounds(bounds: Sequence[float]) -> str:
+    return f"[{bounds[0]:.6f}, {bounds[1]:.6f}]"
+
+
+def check_bootstrap_args(num_bootstrap: int, level: float, option: str) -> int:
+    """``num_bootstrap``; CommandError unless it is at least 1 and ``0 < level < 1``."""
+    if num_bootstrap < 1:
+        raise CommandError(f"{option} takes a number of bootstrap replicates >= 1 (e.g. 1000), not {num_bootstrap}.")
+    if not 0 < level < 1:
+        raise CommandError(f"--level must be strictly between 0 and 1 (0.95 for a 95% interval), not {level}.")
+    return num_bootstrap
 
 
 def format_report(
@@ -173,7 +199,7 @@ def format_report(
         summary_line("samples", score.num_samples),
         summary_line("classes", len(score.classes)),
         summary_line("labels", f"{score.num_labels} positive"),
-        summary_line("lwlrap", f"{score.lwlrap:.6f}"),
+        summary_line("lwlrap", f"{score.lwlrap:.6f}" + _interval_note(score)),
         summary_line("LRAP", f"{score.lrap:.6f}"),
     ]
     blocks = ([per_class_table] if per_class else []) + list(sections)
@@ -182,6 +208,13 @@ def format_report(
         if block:
             lines += [""] + block
     return "\n".join(lines)
+
+
+def _interval_note(score: Score) -> str:
+    ci = score.extra.get("ci")
+    if not ci:
+        return ""
+    return f"  {_level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
 
 
 def write_plot(score: Score, path: str) -> None:

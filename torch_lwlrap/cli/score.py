@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import numpy as np
 
 from torch_lwlrap.cli._files import CommandError, CsvFormatError, align, read_predictions, read_truth
-from torch_lwlrap.cli._report import Score, format_report, print_output, write_plot
+from torch_lwlrap.cli._report import Score, check_bootstrap_args, format_report, print_output, write_plot
 
 __all__ = ["add_parser", "run", "score_files"]
 
 
-def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
+def score_files(
+    truth_path: str, pred_path: str, *, ties: str = "max", num_bootstrap: int = 0, level: float = 0.95, seed: int = 0
+) -> Score:
     """Read a truth and a submission CSV, match rows by ``fname`` and classes by name, and score them.
 
     Args:
@@ -25,6 +28,8 @@ def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
         pred_path: submission, ``fname,<class>,...`` with scores.
         ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule) or ``"index"`` (tied scores are
             ordered by the prediction file's column order, leftmost first).
+        num_bootstrap: with ``B > 0``, bootstrap percentile intervals of lwlrap, overall and per class, at
+            ``level`` (seeded with ``seed``), in ``Score.extra["ci"]``.
 
     Returns:
         A :class:`Score`; classes are listed in the prediction file's column order.
@@ -63,6 +68,23 @@ def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
     per_class, weights = multilabel_lwlrap_per_class(preds, target, ties=ties)
     lwlrap = multilabel_lwlrap(preds, target, ties=ties)
     lrap = multilabel_lrap(preds, target, ties=ties)
+    extra = {}
+    if num_bootstrap:
+        from torch_lwlrap.intervals import multilabel_lwlrap_ci
+
+        options = dict(ties=ties, num_bootstrap=num_bootstrap, level=level, seed=seed)
+        _, low, high = multilabel_lwlrap_ci(preds, target, **options)
+        _, class_low, class_high = multilabel_lwlrap_ci(preds, target, average="none", **options)
+        extra["ci"] = {
+            "level": level,
+            "num_bootstrap": num_bootstrap,
+            "seed": seed,
+            "lwlrap": [float(low), float(high)],
+            "per_class": {
+                name: None if math.isnan(lo) else [lo, hi]
+                for name, lo, hi in zip(pred.classes, class_low.tolist(), class_high.tolist())
+            },
+        }
     return Score(
         lwlrap=float(lwlrap),
         lrap=float(lrap),
@@ -73,6 +95,7 @@ def score_files(truth_path: str, pred_path: str, *, ties: str = "max") -> Score:
         weights=[float(value) for value in weights.tolist()],
         counts=[int(value) for value in counts.tolist()],
         truth_layout=truth.layout,
+        extra=extra,
     )
 
 
@@ -112,6 +135,18 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--plot", metavar="OUT.png", help="write a per-class bar chart, worst first (needs matplotlib)"
     )
     parser.add_argument(
+        "--ci",
+        metavar="B",
+        nargs="?",
+        type=int,
+        const=1000,
+        default=None,
+        help="add a bootstrap confidence interval of lwlrap (overall, --per-class rows and --json) from B "
+        "replicates (default B: 1000): the sampling variability of the evaluation set",
+    )
+    parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0): same seed, same interval")
+    parser.add_argument(
         "--ties",
         choices=("max", "index"),
         default="max",
@@ -132,7 +167,10 @@ def run(args: argparse.Namespace) -> int:
                 "--plot needs matplotlib, which is not installed: pip install 'torch-lwlrap[plot]'."
             ) from None
 
-    score = score_files(args.truth, args.pred, ties=args.ties)
+    num_bootstrap = 0 if args.ci is None else check_bootstrap_args(args.ci, args.level, "--ci")
+    score = score_files(
+        args.truth, args.pred, ties=args.ties, num_bootstrap=num_bootstrap, level=args.level, seed=args.seed
+    )
     if args.plot:
         write_plot(score, args.plot)
 
