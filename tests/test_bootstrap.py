@@ -542,3 +542,118 @@ def test_lightning_validation_step_logs_the_interval():
     assert logged["val_lwlrap_low"] == pytest.approx(low.item(), abs=1e-6)
     assert logged["val_lwlrap_high"] == pytest.approx(high.item(), abs=1e-6)
     assert logged["val_lwlrap_low"] < logged["val_lwlrap"] < logged["val_lwlrap_high"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line: files as the challenge writes them, read back independently with pandas
+
+pd = pytest.importorskip("pandas")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "data")
+TRUTH, SUB_A, SUB_B = (os.path.join(DATA, n) for n in ("sample_truth.csv", "sample_submission_b.csv", "sample_submission.csv"))
+
+
+def _read_with_pandas(pred_path, row_order=None):
+    """(fnames, classes, scores, target) of a submission and the truth, aligned by pandas."""
+    pred = pd.read_csv(pred_path)
+    truth = pd.read_csv(TRUTH)
+    if row_order is not None:
+        pred = pred.set_index("fname").loc[row_order].reset_index()
+    classes = list(pred.columns[1:])
+    labels = dict(zip(truth["fname"], truth["labels"].str.split(",")))
+    target = np.array([[int(c in labels[f]) for c in classes] for f in pred["fname"]])
+    return list(pred["fname"]), classes, pred[classes].to_numpy(np.float64), target
+
+
+def _cli(capsys, *args):
+    from torch_lwlrap.cli import main
+
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_compare_json_matches_the_functions(capsys):
+    import json
+
+    code, out, err = _cli(capsys, "compare", TRUTH, SUB_A, SUB_B, "--json", "--bootstrap", "300", "--seed", "4")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    fnames, classes, scores_a, target = _read_with_pandas(SUB_A)
+    _, classes_b, scores_b, _ = _read_with_pandas(SUB_B, row_order=fnames)
+    assert classes_b == classes
+    assert result["lwlrap_a"] == pytest.approx(naive_lwlrap(scores_a, target, "max"), abs=1e-12)
+    assert result["lwlrap_b"] == pytest.approx(naive_lwlrap(scores_b, target, "max"), abs=1e-12)
+    expected = compare_lwlrap(torch.from_numpy(scores_a), torch.from_numpy(scores_b), torch.from_numpy(target),
+                              num_bootstrap=300, seed=4)
+    assert result["difference"] == pytest.approx(float(expected.difference), abs=1e-12)
+    assert result["interval"] == pytest.approx([float(expected.low), float(expected.high)], abs=1e-12)
+    assert result["p_value"] == pytest.approx(float(expected.p_value), abs=1e-12)
+    per_class = naive_lwlrap(scores_a, target, "max", None, "none")
+    for j, name in enumerate(classes):
+        assert result["per_class"][name]["lwlrap_a"] == pytest.approx(per_class[j], abs=1e-12)
+
+
+def test_cli_compare_text_plot_and_identical_systems(capsys, tmp_path):
+    code, out, err = _cli(capsys, "compare", TRUTH, SUB_A, SUB_A, "--bootstrap", "200")
+    assert (code, err) == (0, "")
+    assert "A - B        +0.000000  95% interval [+0.000000, +0.000000]  p = 1.0000" in out
+    code, out, _ = _cli(capsys, "compare", TRUTH, SUB_A, SUB_B, "--per-class", "--plot", tmp_path / "d.png")
+    assert code == 0 and "classes where A better most:" in out and "classes where B better most:" in out
+    assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--bootstrap", "0"], ["--bootstrap", "0"]),
+        (["--level", "1.5"], ["--level", "1.5"]),
+    ],
+)
+def test_cli_compare_bad_arguments(capsys, args, words):
+    code, out, err = _cli(capsys, "compare", TRUTH, SUB_A, SUB_B, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert all(word in err for word in words)
+
+
+def test_cli_compare_rejects_a_submission_with_other_rows(capsys, tmp_path):
+    short = tmp_path / "short.csv"
+    with open(SUB_B) as handle:
+        lines = handle.read().splitlines()
+    short.write_text("\n".join(lines[:-1]) + "\n")
+    code, out, err = _cli(capsys, "compare", TRUTH, SUB_A, short)
+    assert code == 2 and out == "" and "missing from" in err and str(short) in err
+
+
+def test_cli_score_ci_matches_the_function(capsys):
+    import json
+
+    code, out, err = _cli(capsys, "score", TRUTH, SUB_B, "--ci", "300", "--seed", "2", "--json")
+    assert (code, err) == (0, "")
+    ci = json.loads(out)["ci"]
+    _, classes, scores, target = _read_with_pandas(SUB_B)
+    value, low, high = multilabel_lwlrap_ci(torch.from_numpy(scores), torch.from_numpy(target), num_bootstrap=300, seed=2)
+    assert ci["lwlrap"] == pytest.approx([float(low), float(high)], abs=1e-12)
+    assert (ci["num_bootstrap"], ci["seed"], ci["level"]) == (300, 2, 0.95)
+    _, class_low, _ = multilabel_lwlrap_ci(
+        torch.from_numpy(scores), torch.from_numpy(target), average="none", num_bootstrap=300, seed=2
+    )
+    assert ci["per_class"][classes[3]][0] == pytest.approx(float(class_low[3]), abs=1e-12)
+    code, out, _ = _cli(capsys, "score", TRUTH, SUB_B, "--ci", "300", "--seed", "2", "--per-class")
+    assert f"lwlrap       {float(value):.6f}  95% interval [{float(low):.6f}, {float(high):.6f}] (bootstrap, B=300)" in out
+    assert "95% interval" in out.split("per-class lwlrap, worst first:")[1]
+    code, out, err = _cli(capsys, "score", TRUTH, SUB_B, "--ci", "0")
+    assert code == 2 and "--ci" in err
+
+
+def test_readme_compare_output_is_current(capsys, monkeypatch):
+    import re
+
+    with open(os.path.join(os.path.dirname(DATA), "..", "README.md")) as handle:
+        text = handle.read()
+    shown = re.search(r"## Error bars and comparing systems.*?```text\n(.*?)```", text, flags=re.S).group(1)
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(DATA)))
+    code, out, _ = _cli(
+        capsys, "compare", "examples/data/sample_truth.csv", "examples/data/sample_submission_b.csv",
+        "examples/data/sample_submission.csv", "--per-class",
+    )
+    assert code == 0 and out == shown

@@ -287,8 +287,8 @@ def compare_lwlrap(
     """Compare two systems scored on the same samples: lwlrap of each, ``a - b``, its interval and p-value.
 
     Paired resampling: both systems' replicates use the same weights, so the sampling variability the two share
-    cancels in the difference (much narrower than the two intervals side by side). Overall values are the weighted
-    (challenge) lwlrap; ``per_class_*`` are per class.
+    cancels in the difference (the more alike the systems' errors, the narrower its interval next to each
+    system's own). Overall values are the weighted (challenge) lwlrap; ``per_class_*`` are per class.
 
     Args:
         preds_a, preds_b: scores of the two systems, the same shape as ``target``.
