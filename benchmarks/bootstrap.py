@@ -1,11 +1,12 @@
 """What the Poisson bootstrap costs an update: side by side with the plain update, as ratios.
 
-For each case (``N x C``, ``B`` replicates) it times, on the same batch and in the same run:
+For each case (``N x C``, ``B`` replicates) it times, on the same batch and in the same run (the plain and the
+bootstrap update alternating, medians of the rounds):
 
 * ``plain``: ``MultilabelLWLRAP.update`` (and ``MultilabelLRAP.update``) with ``validate_args=False``;
 * ``bootstrap``: the same with ``num_bootstrap=B``;
 * the two parts of the bootstrap update: the per-positive precisions (the ranking) and the replicate sums (drawing
-  and adding the weights, :func:`torch_lwlrap._bootstrap.class_sums`);
+  and adding the weights, :func:`torch_lwlrap._bootstrap.add_class_sums_`);
 
 and the peak bytes of the temporaries one bootstrap update creates: peak RSS added by the call in a fresh process
 (the CPU path; numba's arrays included), and the tensors followed on the ``meta`` device (the path that runs on a
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -39,7 +42,19 @@ def _metric(kind: str, num_classes: int, num_bootstrap: int):
     return cls(num_classes, validate_args=False, num_bootstrap=num_bootstrap, bootstrap_seed=0)
 
 
-def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_time: float) -> Dict:
+def interleaved_medians(fns, rounds: int) -> List[float]:
+    """Median seconds of each function over ``rounds`` rounds that call each once in turn: on a shared machine
+    the load changes over time, and alternating keeps the ratio fair."""
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_time: float, rounds: int) -> Dict:
     from torch_lwlrap import _bootstrap
 
     preds, target = make_inputs(num_samples, num_classes, None)
@@ -48,9 +63,11 @@ def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_ti
         plain, boot = _metric(kind, num_classes, 0), _metric(kind, num_classes, num_bootstrap)
         plain.update(preds[:64], target[:64])  # compile and warm up
         boot.update(preds[:64], target[:64])
-        row[f"{kind}_plain_s"] = time_fast(lambda: plain.update(preds, target), min_run_time)
-        row[f"{kind}_bootstrap_s"] = time_fast(lambda: boot.update(preds, target), min_run_time)
-        row[f"{kind}_ratio"] = row[f"{kind}_bootstrap_s"] / row[f"{kind}_plain_s"]
+        plain_s, boot_s = interleaved_medians(
+            [lambda: plain.update(preds, target), lambda: boot.update(preds, target)], rounds
+        )
+        row[f"{kind}_plain_s"], row[f"{kind}_bootstrap_s"] = plain_s, boot_s
+        row[f"{kind}_ratio"] = boot_s / plain_s
 
     from torch_lwlrap._ranking import positive_label_counts_chunks
     from torch_lwlrap._tie_rules import label_precision
@@ -100,16 +117,16 @@ def rss_peak(num_samples: int, num_classes: int, num_bootstrap: int) -> int:
 
 
 def meta_peak(num_samples: int, num_classes: int, num_bootstrap: int, kind: str = "lwlrap") -> int:
-    """Peak bytes of the tensors one update creates on the ``meta`` device (the GPU path), inputs excluded."""
+    """Peak bytes of the tensors one update creates on the ``meta`` device (the GPU path's torch code), the inputs
+    and the metric's states excluded; ``num_bootstrap=0`` gives the plain update's."""
     from tests.test_memory import LiveBytes
 
     metric = _metric(kind, num_classes, num_bootstrap).to("meta")
     preds = torch.empty(num_samples, num_classes, device="meta")
     target = torch.empty(num_samples, num_classes, dtype=torch.bool, device="meta")
-    with LiveBytes(preds, target) as mode:
+    with LiveBytes(preds, target, *metric.metric_state.values()) as mode:
         metric.update(preds, target)
-    state = sum(v.nbytes for v in metric.metric_state.values())
-    return mode.peak - state  # the accumulated states are not temporaries
+    return mode.peak
 
 
 def main(argv: List[str] = None) -> Dict:
@@ -117,12 +134,13 @@ def main(argv: List[str] = None) -> Dict:
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--min-run-time", type=float, default=None)
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds of plain and bootstrap updates")
     args = parser.parse_args(argv)
     cases = [(2000, 80, 100)] if args.quick else [(20000, 527, 1000), (20000, 527, 100)]
     min_run_time = args.min_run_time or (0.05 if args.quick else 2.0)
     report = {"metadata": machine_metadata(["cpu"]), "timings": [], "rss": [], "meta": []}
     for case in cases:
-        row = time_case(*case, min_run_time)
+        row = time_case(*case, min_run_time, args.rounds or (3 if args.quick else 9))
         report["timings"].append(row)
         print(json.dumps(row), file=sys.stderr)
     rss_cases = [(2000, 80, 100)] if args.quick else [(20000, 527, 1000), (200000, 527, 1000)]
@@ -135,6 +153,7 @@ def main(argv: List[str] = None) -> Dict:
         report["meta"].append({
             "num_samples": n, "num_classes": c, "num_bootstrap": b,
             "lwlrap_bytes": meta_peak(n, c, b, "lwlrap"), "lrap_bytes": meta_peak(n, c, b, "lrap"),
+            "lwlrap_plain_bytes": meta_peak(n, c, 0, "lwlrap"), "lrap_plain_bytes": meta_peak(n, c, 0, "lrap"),
         })
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "bootstrap-quick" if args.quick else "bootstrap"
@@ -168,11 +187,14 @@ def format_report(report: Dict) -> str:
     for r in report["rss"]:
         lines.append(f"| {r['num_samples']} x {r['num_classes']} | {r['num_bootstrap']} | "
                      f"{r['extra_bytes'] / MiB:.0f} MiB |")
-    lines += ["", "Peak temporaries of one update on the meta device (the GPU path; states excluded):", ""]
-    lines += ["| N x C | B | lwlrap | LRAP |", "| --- | --- | --- | --- |"]
+    lines += ["", "Peak temporaries of one update on the meta device (the torch path off the CPU; inputs and states "
+              "excluded), bootstrap and plain:", ""]
+    lines += ["| N x C | B | lwlrap bootstrap | lwlrap plain | LRAP bootstrap | LRAP plain |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for r in report["meta"]:
         lines.append(f"| {r['num_samples']} x {r['num_classes']} | {r['num_bootstrap']} | "
-                     f"{r['lwlrap_bytes'] / MiB:.0f} MiB | {r['lrap_bytes'] / MiB:.0f} MiB |")
+                     f"{r['lwlrap_bytes'] / MiB:.0f} MiB | {r['lwlrap_plain_bytes'] / MiB:.0f} MiB | "
+                     f"{r['lrap_bytes'] / MiB:.0f} MiB | {r['lrap_plain_bytes'] / MiB:.0f} MiB |")
     return "\n".join(lines) + "\n"
 
 

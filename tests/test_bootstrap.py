@@ -114,7 +114,7 @@ def test_compiled_and_torch_reductions_agree_with_dense_weights(monkeypatch, num
     expected_count = torch.zeros(num_bootstrap, 11, dtype=torch.int64).index_add_(1, group, weights)
     rows = torch.rand(500, 3, generator=g, dtype=torch.float64)
     expected_rows = _bootstrap.poisson_weights(key, torch.arange(40, 540), num_bootstrap).double() @ rows
-    monkeypatch.setattr(_bootstrap, "BLOCK_ELEMENTS", 97)  # many blocks on the torch path
+    monkeypatch.setattr(_bootstrap, "BLOCK_ELEMENTS", 97)  # many blocks of rows and replicates
     paths = [True, False] if _bootstrap_kernel.numba is not None else [False]
     for compiled in paths:
         monkeypatch.setattr(_bootstrap_kernel, "is_available", lambda device, c=compiled: c)
@@ -184,10 +184,12 @@ def test_sparse_and_dense_reductions_agree(monkeypatch):
     preds, target = _data(n=150, ties=True)
     target[::7, 2] = -1
     key = _bootstrap.stream_key(1, 0, 0)
-    sparse = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, 64)
+    sparse_states = intervals._replicate_states(preds, 64)
+    sparse = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, *sparse_states)
     monkeypatch.setattr(intervals, "_sparse_reduction", lambda device: False)
-    dense = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, 64)
-    for a, b in zip(sparse, dense):
+    dense_states = intervals._replicate_states(preds, 64)
+    dense = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, *dense_states)
+    for a, b in zip(sparse + sparse_states, dense + dense_states):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
@@ -397,6 +399,21 @@ def test_update_reads_nothing_on_the_host(name):
         _feed(metric, [(preds, target, weight)])
     assert mode.reads == []
     assert all(state.device.type == "meta" for state in metric.metric_state.values())
+
+
+@pytest.mark.parametrize("name", ["lwlrap", "lrap"])
+def test_temporaries_stay_bounded_whatever_the_batch_and_replicates(name):
+    from benchmarks.bootstrap import meta_peak
+
+    # Beyond what the plain update takes on the same path (the engine's chunks), the replicates add at most 64 MiB,
+    # whatever the rows and the replicates: ten times either takes the same workspace.
+    plain = {c: meta_peak(20000, c, 0, kind=name) for c in (527, 10000)}
+    peaks = {case: meta_peak(*case, kind=name) for case in [(20000, 527, 1000), (200000, 527, 1000),
+                                                            (20000, 527, 10000), (20000, 10000, 1000)]}
+    for (n, c, b), peak in peaks.items():
+        assert peak - plain[c] <= 64 * 2**20, (n, c, b, peak, plain[c])
+    assert abs(peaks[200000, 527, 1000] - peaks[20000, 527, 1000]) <= 8 * 2**20
+    assert abs(peaks[20000, 527, 10000] - peaks[20000, 527, 1000]) <= 16 * 2**20
 
 
 # ----------------------------------------------------------------------------------------------------------------

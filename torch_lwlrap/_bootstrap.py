@@ -139,8 +139,10 @@ def poisson_weights(key: Tensor, sample: Tensor, num_bootstrap: int) -> Tensor:
     return weights.t().to(torch.int64)
 
 
-def _blocks(num_rows: int, num_bootstrap: int):
-    per_block = max(1, min(num_bootstrap, BLOCK_ELEMENTS))
+def _blocks(num_rows: int, num_bootstrap: int, width: int = 1):
+    """``(first, last, start, stop)``: replicates ``first:last`` of rows ``start:stop``, with at most
+    :data:`BLOCK_ELEMENTS` weights and ``BLOCK_ELEMENTS`` sums (``width`` per replicate) per block."""
+    per_block = max(1, min(num_bootstrap, BLOCK_ELEMENTS // max(1, width)))
     rows = max(1, BLOCK_ELEMENTS // per_block)
     for first in range(0, num_bootstrap, per_block):
         last = min(first + per_block, num_bootstrap)
@@ -148,83 +150,113 @@ def _blocks(num_rows: int, num_bootstrap: int):
             yield first, last, start, min(start + rows, num_rows)
 
 
-def class_sums(
-    key: Tensor, sample: Tensor, group: Tensor, value: Tensor, num_groups: int, num_bootstrap: int
-) -> Tuple[Tensor, Tensor]:
-    """Bootstrap replicates of per-group sums and counts of values.
+def add_class_sums_(
+    total: Tensor, count: Tensor, key: Tensor, sample: Tensor, group: Tensor, value: Tensor
+) -> None:
+    """Add bootstrap replicates of per-group sums and counts of values to ``total`` ``(B, G)`` float64 and
+    ``count`` ``(B, G)`` int64 (in place).
 
     Item ``p`` (a positive label, say) belongs to sample ``sample[p]`` and group ``group[p]`` (its class) and carries
-    ``value[p]``; in replicate ``b`` it counts ``w[b, sample[p]]`` times. The items of a sample must be adjacent
-    (``sample`` sorted, as row-major positions are). On the CPU with numba, a compiled pass draws and adds the
-    weights (:mod:`torch_lwlrap._bootstrap_kernel`, the same weights); elsewhere torch draws them a block at a time.
-
-    Returns:
-        ``(sum (B, G) float64, count (B, G) int64)``: ``sum[b, g] = sum_p w[b, sample[p]] value[p]`` over the items
-        of group ``g`` and ``count[b, g]`` the same sum of weights.
+    ``value[p]``; in replicate ``b`` it counts ``w[b, sample[p]]`` times: ``total[b, g] += sum_p w[b, sample[p]]
+    value[p]`` over the items of group ``g``, and ``count[b, g]`` the same sum of weights. The items of a sample must
+    be adjacent (``sample`` sorted, as row-major positions are). On the CPU with numba, a compiled pass draws and
+    adds the weights (:mod:`torch_lwlrap._bootstrap_kernel`, the same weights); elsewhere torch draws them a block at
+    a time. Either way the temporaries stay within a few times :data:`BLOCK_ELEMENTS` elements.
     """
+    num_bootstrap, num_groups = total.shape
     device = value.device
-    total = torch.zeros((num_groups, num_bootstrap), dtype=torch.float64, device=device)
-    count = torch.zeros((num_groups, num_bootstrap), dtype=torch.int64, device=device)
     if num_bootstrap == 0 or value.numel() == 0:
-        return total.t(), count.t()
+        return
     thresholds = _thresholds(device)
     value = value.to(torch.float64)
+    sample = sample.to(torch.int64)
     from torch_lwlrap import _bootstrap_kernel
 
     if _bootstrap_kernel.is_available(device):
-        # Items grouped by sample: one weight per (sample, replicate), drawn and added in one compiled pass.
-        runs, items = torch.unique_consecutive(sample.to(torch.int64), return_counts=True)
+        # Items grouped by sample: one weight per (sample, replicate), drawn and added in one compiled pass, into
+        # (G, replicates) sums for a group of replicates at a time.
+        runs, items = torch.unique_consecutive(sample, return_counts=True)
         item_start = torch.zeros(runs.numel() + 1, dtype=torch.int64)
         torch.cumsum(items, 0, out=item_start[1:])
-        _bootstrap_kernel.class_sums_numba(
-            _sample_hashes(key, runs),
-            item_start,
-            group.to(torch.int64).contiguous(),
-            value.contiguous(),
-            _replicate_hashes(key, 0, num_bootstrap),
-            thresholds,
-            total,
-            count,
-        )
-        return total.t(), count.t()
-    sample_hash = _sample_hashes(key, sample.to(torch.int64))
+        sample_hash = _sample_hashes(key, runs)
+        group = group.to(torch.int64).contiguous()
+        value = value.contiguous()
+        per_group = max(1, min(num_bootstrap, BLOCK_ELEMENTS // max(1, num_groups)))
+        for first in range(0, num_bootstrap, per_group):
+            last = min(first + per_group, num_bootstrap)
+            block_total = torch.zeros((num_groups, last - first), dtype=torch.float64)
+            block_count = torch.zeros((num_groups, last - first), dtype=torch.int64)
+            _bootstrap_kernel.class_sums_numba(
+                sample_hash, item_start, group, value, _replicate_hashes(key, first, last), thresholds,
+                block_total, block_count,
+            )
+            total[first:last] += block_total.t()
+            count[first:last] += block_count.t()
+        return
+    sample_hash = _sample_hashes(key, sample)
     for first, last, start, stop in _blocks(value.numel(), num_bootstrap):
         weight = _weights(sample_hash[start:stop], _replicate_hashes(key, first, last), thresholds)
         where = group[start:stop]
-        count[:, first:last].index_add_(0, where, weight.to(torch.int64))
+        count[first:last].index_add_(1, where, weight.t().to(torch.int64))
         weighted = weight.to(torch.float64).mul_(value[start:stop].unsqueeze(1))
-        total[:, first:last].index_add_(0, where, weighted)
+        total[first:last].index_add_(1, where, weighted.t())
         del weight, weighted
-    return total.t(), count.t()
 
 
-def weighted_sums(key: Tensor, first_sample: int, values: Tensor, num_bootstrap: int) -> Tensor:
-    """Bootstrap replicates of sums over the rows of ``values`` ``(m, k)``, row ``s`` being sample
-    ``first_sample + s``: ``(B, k)`` float64 ``out[b] = sum_s w[b, first_sample + s] values[s]``.
+def class_sums(
+    key: Tensor, sample: Tensor, group: Tensor, value: Tensor, num_groups: int, num_bootstrap: int
+) -> Tuple[Tensor, Tensor]:
+    """``(sum (B, G) float64, count (B, G) int64)``: :func:`add_class_sums_` into zeros."""
+    total = torch.zeros((num_bootstrap, num_groups), dtype=torch.float64, device=value.device)
+    count = torch.zeros((num_bootstrap, num_groups), dtype=torch.int64, device=value.device)
+    add_class_sums_(total, count, key, sample, group, value)
+    return total, count
 
-    A dense reduction (a product with each block of weights): no host-device sync, for any device and for rows
-    that are mostly not zero.
+
+def add_weighted_sums_(key: Tensor, first_sample: int, pairs) -> None:
+    """For each ``(out (B, k), values (m, k))`` of ``pairs``, add the bootstrap replicates of the sums over the rows
+    of ``values``, row ``s`` being sample ``first_sample + s``: ``out[b] += sum_s w[b, first_sample + s] values[s]``
+    (in place; an integer ``out`` gets the rounded sums, exact for integer values).
+
+    A dense reduction (a product with each block of weights, drawn once for all pairs): no host-device sync, for any
+    device and for rows that are mostly not zero; temporaries within a few times :data:`BLOCK_ELEMENTS` elements.
     """
-    num_rows, width = values.shape
-    device = values.device
-    values = values.to(torch.float64)
+    pairs = [(out, values.to(torch.float64)) for out, values in pairs]
+    num_bootstrap = pairs[0][0].shape[0]
+    num_rows = pairs[0][1].shape[0]
+    width = max(values.shape[1] for _, values in pairs)
+    if num_bootstrap == 0 or num_rows == 0:
+        return
+    device = pairs[0][1].device
     sample = torch.arange(first_sample, first_sample + num_rows, device=device)
     from torch_lwlrap import _bootstrap_kernel
 
-    if num_bootstrap and num_rows and _bootstrap_kernel.is_available(device):
-        # Each sample's k values are k items of groups 0 .. k-1.
-        items = sample.repeat_interleave(width)
-        group = torch.arange(width, device=device).repeat(num_rows)
-        return class_sums(key, items, group, values.reshape(-1), width, num_bootstrap)[0]
-    out = torch.zeros((num_bootstrap, width), dtype=torch.float64, device=device)
-    if num_bootstrap == 0 or num_rows == 0:
-        return out
+    if _bootstrap_kernel.is_available(device):
+        # Each sample's k values are k items of groups 0 .. k-1 (one compiled pass; no (B, rows) weights).
+        for out, values in pairs:
+            k = values.shape[1]
+            items = sample.repeat_interleave(k)
+            group = torch.arange(k, device=device).repeat(num_rows)
+            total = torch.zeros(out.shape, dtype=torch.float64, device=device)
+            add_class_sums_(total, torch.zeros(out.shape, dtype=torch.int64), key, items, group, values.reshape(-1))
+            out += total if out.dtype == torch.float64 else total.round().to(out.dtype)
+        return
     thresholds = _thresholds(device)
     sample_hash = _sample_hashes(key, sample)
-    for first, last, start, stop in _blocks(num_rows, num_bootstrap):
+    for first, last, start, stop in _blocks(num_rows, num_bootstrap, width):
         weight = _weights(sample_hash[start:stop], _replicate_hashes(key, first, last), thresholds)
-        out[first:last] += weight.to(torch.float64).t() @ values[start:stop]
+        weight = weight.to(torch.float64).t()
+        for out, values in pairs:
+            sums = weight @ values[start:stop]
+            out[first:last] += sums if out.dtype == torch.float64 else sums.round_().to(out.dtype)
+            del sums
         del weight
+
+
+def weighted_sums(key: Tensor, first_sample: int, values: Tensor, num_bootstrap: int) -> Tensor:
+    """``(B, k)`` float64: :func:`add_weighted_sums_` of ``values`` ``(m, k)`` into zeros."""
+    out = torch.zeros((num_bootstrap, values.shape[1]), dtype=torch.float64, device=values.device)
+    add_weighted_sums_(key, first_sample, [(out, values)])
     return out
 
 

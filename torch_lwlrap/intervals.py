@@ -89,9 +89,12 @@ def _lwlrap_bootstrap_update(
     ignore_index: Optional[int],
     validate_args: bool,
     key: Tensor,
-    num_bootstrap: int,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(precision_sum (C,), label_count (C,), replicate precision sums (B, C), replicate label counts (B, C))``.
+    replicate_sum: Tensor,
+    replicate_count: Tensor,
+) -> Tuple[Tensor, Tensor]:
+    """``(precision_sum (C,), label_count (C,))`` of a batch; its replicates are added to ``replicate_sum``
+    ``(B, C)`` float64 and ``replicate_count`` ``(B, C)`` int64 in place (the metric's states: no temporary of
+    their size), once the whole batch is checked.
 
     One ranking of the batch gives every positive's precision; the plain sums add them up, the replicates add them
     with the weights of their samples (drawn from ``key``; sample ``i`` of the batch is index ``i``).
@@ -101,29 +104,23 @@ def _lwlrap_bootstrap_update(
     device = preds.device
     precision_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
     label_count = torch.zeros(num_classes, dtype=torch.int64, device=device)
-    replicate_sum = torch.zeros((num_bootstrap, num_classes), dtype=torch.float64, device=device)
-    replicate_count = torch.zeros((num_bootstrap, num_classes), dtype=torch.int64, device=device)
     if _sparse_reduction(device):
         # Positives are sparse: each one's precision is reduced against its sample's weights.
         for first, rows, cols, counts in positive_label_counts_chunks(preds, target, ignore_index):
             precision = label_precision(counts, ties)
             precision_sum.index_add_(0, cols, precision)
             label_count += torch.bincount(cols, minlength=num_classes)
-            sums, count = _bootstrap.class_sums(key, rows + first, cols, precision, num_classes, num_bootstrap)
-            replicate_sum += sums
-            replicate_count += count
-            del rows, cols, counts, precision, sums, count
+            _bootstrap.add_class_sums_(replicate_sum, replicate_count, key, rows + first, cols, precision)
+            del rows, cols, counts, precision
     else:
         # A dense product with the weights: no host-device sync.
         for first, positive, precision in _positive_precisions(preds, target, ignore_index, ties):
             precision_sum += precision.sum(0)
             label_count += positive.sum(0, dtype=torch.int64)
-            values = torch.cat([precision, positive.to(torch.float64)], 1)
-            both = _bootstrap.weighted_sums(key, first, values, num_bootstrap)
-            replicate_sum += both[:, :num_classes]
-            replicate_count += both[:, num_classes:].round().to(torch.int64)
-            del positive, precision, values, both
-    return precision_sum, label_count, replicate_sum, replicate_count
+            pairs = [(replicate_sum, precision), (replicate_count, positive)]
+            _bootstrap.add_weighted_sums_(key, first, pairs)
+            del positive, precision, pairs
+    return precision_sum, label_count
 
 
 def _lrap_bootstrap_update(
@@ -135,20 +132,25 @@ def _lrap_bootstrap_update(
     ignore_index: Optional[int],
     validate_args: bool,
     key: Tensor,
-    num_bootstrap: int,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(lrap_sum, weight_sum, replicate lrap sums (B,), replicate weight sums (B,))`` of a batch."""
+    replicate_lrap: Tensor,
+    replicate_weight: Tensor,
+) -> Tuple[Tensor, Tensor]:
+    """``(lrap_sum, weight_sum)`` of a batch; its replicates are added to ``replicate_lrap`` and
+    ``replicate_weight`` ``(B,)`` float64 in place."""
     first = [0]
 
     def reduce(sums, weight):
         per_sample = _lrap_per_sample(sums)
         weight = torch.ones_like(per_sample) if weight is None else weight.to(torch.float64)
         values = torch.stack([per_sample * weight, weight], 1)
-        replicates = _bootstrap.weighted_sums(key, first[0], values, num_bootstrap)
+        pairs = [(replicate_lrap.unsqueeze(1), values[:, :1]), (replicate_weight.unsqueeze(1), values[:, 1:])]
+        _bootstrap.add_weighted_sums_(key, first[0], pairs)
         first[0] += per_sample.numel()
-        return values[:, 0].sum(), values[:, 1].sum(), replicates[:, 0], replicates[:, 1]
+        return values[:, 0].sum(), values[:, 1].sum()
 
-    return _batch_totals(preds, target, num_labels, ties, ignore_index, validate_args, sample_weight, reduce)
+    # Every check (NaN scores included) before the first chunk adds to the replicates.
+    _check_batch(preds, target, num_labels, ignore_index, validate_args, sample_weight)
+    return _batch_totals(preds, target, num_labels, ties, ignore_index, False, sample_weight, reduce)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -169,6 +171,15 @@ def _lwlrap_replicates(replicate_sum: Tensor, replicate_count: Tensor, average: 
 
 def _lrap_replicates(replicate_lrap_sum: Tensor, replicate_weight_sum: Tensor) -> Tensor:
     return replicate_lrap_sum / replicate_weight_sum
+
+
+def _replicate_states(preds: Tensor, num_bootstrap: int) -> Tuple[Tensor, Tensor]:
+    """Zero ``(B, C)`` replicate sums (float64) and counts (int64) for a batch like ``preds``."""
+    shape = (num_bootstrap, preds.shape[1])
+    return (
+        torch.zeros(shape, dtype=torch.float64, device=preds.device),
+        torch.zeros(shape, dtype=torch.int64, device=preds.device),
+    )
 
 
 def _check_bootstrap_args(num_bootstrap: int, level: float, seed: Optional[int]) -> Tuple[int, float, int]:
@@ -224,8 +235,9 @@ def multilabel_lwlrap_ci(
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
     device = preds.device if isinstance(preds, Tensor) else None
     key = _bootstrap.stream_key(seed, 0, 0, device=device)
-    precision_sum, label_count, replicate_sum, replicate_count = _lwlrap_bootstrap_update(
-        preds, target, num_labels, ties, ignore_index, validate_args, key, num_bootstrap
+    replicate_sum, replicate_count = _replicate_states(preds, num_bootstrap)
+    precision_sum, label_count = _lwlrap_bootstrap_update(
+        preds, target, num_labels, ties, ignore_index, validate_args, key, replicate_sum, replicate_count
     )
     value = _lwlrap_compute(precision_sum, label_count, average)
     low, high = _bootstrap.percentile_interval(_lwlrap_replicates(replicate_sum, replicate_count, average), level)
@@ -263,8 +275,11 @@ def multilabel_lrap_ci(
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
     device = preds.device if isinstance(preds, Tensor) else None
     key = _bootstrap.stream_key(seed, 0, 0, device=device)
-    lrap_sum, weight_sum, replicate_lrap, replicate_weight = _lrap_bootstrap_update(
-        preds, target, num_labels, sample_weight, ties, ignore_index, validate_args, key, num_bootstrap
+    replicate_lrap = torch.zeros(num_bootstrap, dtype=torch.float64, device=device)
+    replicate_weight = torch.zeros(num_bootstrap, dtype=torch.float64, device=device)
+    lrap_sum, weight_sum = _lrap_bootstrap_update(
+        preds, target, num_labels, sample_weight, ties, ignore_index, validate_args, key, replicate_lrap,
+        replicate_weight,
     )
     value = _lrap_compute(lrap_sum, weight_sum)
     low, high = _bootstrap.percentile_interval(_lrap_replicates(replicate_lrap, replicate_weight), level)
@@ -324,10 +339,11 @@ def compare_lwlrap(
     # Both systems are checked before either is ranked: a bad one raises before any work.
     _check_batch(preds_a, target, num_labels, ignore_index, validate_args)
     _check_batch(preds_b, target, num_labels, ignore_index, validate_args)
-    results = [
-        _lwlrap_bootstrap_update(preds, target, num_labels, ties, ignore_index, False, key, num_bootstrap)
-        for preds in (preds_a, preds_b)
-    ]
+    results = []
+    for preds in (preds_a, preds_b):
+        replicates = _replicate_states(preds, num_bootstrap)
+        sums = _lwlrap_bootstrap_update(preds, target, num_labels, ties, ignore_index, False, key, *replicates)
+        results.append(sums + replicates)
     (sum_a, count, rep_sum_a, rep_count), (sum_b, _, rep_sum_b, _) = results
     value_a = _lwlrap_compute(sum_a, count, "weighted")
     value_b = _lwlrap_compute(sum_b, count, "weighted")

@@ -250,13 +250,12 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
         """
         _check_device(self, preds)
         if self.num_bootstrap:
-            precision_sum, label_count, replicate_sum, replicate_count = _lwlrap_bootstrap_update(
+            # The replicates are added to the states in place, after the whole batch is checked.
+            precision_sum, label_count = _lwlrap_bootstrap_update(
                 preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args,
-                self._update_key(), self.num_bootstrap,
+                self._update_key(), self.bootstrap_precision_sum, self.bootstrap_label_count,
             )
             self._count_update()
-            self.bootstrap_precision_sum += replicate_sum
-            self.bootstrap_label_count += replicate_count
         else:
             precision_sum, label_count = _lwlrap_update(
                 preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
@@ -423,13 +422,11 @@ class MultilabelLRAP(_Bootstrap, Metric):
         """
         _check_device(self, preds)
         if self.num_bootstrap:
-            lrap_sum, weight_sum, replicate_lrap, replicate_weight = _lrap_bootstrap_update(
+            lrap_sum, weight_sum = _lrap_bootstrap_update(
                 preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args,
-                self._update_key(), self.num_bootstrap,
+                self._update_key(), self.bootstrap_lrap_sum, self.bootstrap_weight_sum,
             )
             self._count_update()
-            self.bootstrap_lrap_sum += replicate_lrap
-            self.bootstrap_weight_sum += replicate_weight
         else:
             lrap_sum, weight_sum = _lrap_update(
                 preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
