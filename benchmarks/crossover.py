@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from benchmarks.run import RESULTS_DIR, machine_metadata, make_inputs, time_fast
+from benchmarks.run import RESULTS_DIR, SCRATCH_DIR, machine_metadata, make_inputs, time_fast
 
 
 def torch_paths(sizes: Sequence[tuple], densities: Sequence[float], device: str, min_run_time: float) -> List[Dict]:
@@ -107,7 +107,9 @@ def markdown(title: str, rows: List[Dict]) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.crossover", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test; the numbers mean little)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help=f"output folder. Default: {RESULTS_DIR}.")
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
+                        help=f"output folder. Default: {SCRATCH_DIR} (git-ignored); the committed results are in "
+                        f"{RESULTS_DIR}.")
     args = parser.parse_args(argv)
     min_run_time = 0.05 if args.quick else 0.5
     densities = [0.02, 0.3] if args.quick else [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8]

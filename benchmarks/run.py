@@ -24,7 +24,10 @@ import torch
 
 from benchmarks import anchors
 
+#: The committed results; a sweep writes here only when asked (``--out benchmarks/results``).
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: Where a sweep writes by default: a git-ignored scratch folder, so a run never overwrites the committed results.
+SCRATCH_DIR = Path(__file__).resolve().parent / "out"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Sizes as ``NxC`` (1 to 3 positive labels per row, like audio tagging data) or ``NxC:density`` (each label positive
@@ -604,7 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sizes", default=None,
                         help="comma-separated NxC (1-3 positives per row) or NxC:density cases, replacing the "
                         "default sweep, e.g. '20000x527,20000x527:0.3'.")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help=f"output folder. Default: {RESULTS_DIR}.")
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
+                        help=f"output folder. Default: {SCRATCH_DIR} (git-ignored); the committed results are in "
+                        f"{RESULTS_DIR}.")
     parser.add_argument("--tag", default=None, help="name of the output files. Default: from --quick and --device.")
     parser.add_argument("--memory", choices=["all", "auto", "none"], default=None,
                         help="measure peak extra memory of every library entry point, of the default one only, or "

@@ -10,9 +10,17 @@ Run it on whatever is available, or on two CPU processes with DDP (gloo)::
     python examples/lightning_tagging.py --quiet
     python examples/lightning_tagging.py --accelerator cpu --devices 2 --strategy ddp --quiet
 
-``--out FILE`` writes (on rank 0) a JSON file with the logged per-epoch values, and the validation predictions
-and targets of every epoch gathered from all processes, so the logged values can be checked against a single
-computation over the whole validation set.
+At the end of every validation epoch the predictions and targets of all processes are gathered, and the value the
+metric logged (its sum-only states reduced across processes) is printed beside the value recomputed in one piece
+over all the gathered predictions: the two are equal, with one process or many.
+
+The *trained model* differs between one process and two: under DDP each process trains on its half of the training
+set, so an epoch takes half as many optimizer steps (each on the gradient averaged over both processes' batches),
+and after the same number of epochs the model has trained less and scores lower. Compare DDP with one process over
+the same validation predictions, as printed here, not across differently trained models.
+
+``--out FILE`` writes (on rank 0) a JSON file with the logged per-epoch values, the recomputed ones, and the
+validation predictions and targets of every epoch gathered from all processes.
 
 Needs ``lightning`` (``pip install torch-lwlrap[examples]``).
 """
@@ -33,7 +41,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
 
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
 
 NUM_CLASSES = 20
 NUM_FEATURES = 64
@@ -129,10 +137,10 @@ class Tagger(L.LightningModule):
 
 
 class EpochRecorder(Callback):
-    """Keeps the logged validation values of every epoch and, optionally, the predictions behind them.
+    """Keeps the logged validation values of every epoch, and the same values recomputed in one piece.
 
-    With ``keep_predictions`` the predictions and targets of all processes are gathered at the end of each
-    validation epoch (uneven shards allowed), so the logged values can be recomputed in one piece.
+    The predictions and targets of all processes are gathered at the end of each validation epoch (uneven shards
+    allowed) and scored with the functions; with ``keep_predictions`` they are kept in the records too.
     """
 
     def __init__(self, keep_predictions: bool = False) -> None:
@@ -152,8 +160,7 @@ class EpochRecorder(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if self.keep_predictions:
-            self._batches.append((outputs.detach().cpu(), batch[1].cpu()))
+        self._batches.append((outputs.detach().cpu(), batch[1].cpu()))
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -162,18 +169,25 @@ class EpochRecorder(Callback):
         record: Dict[str, Any] = {"epoch": trainer.current_epoch}
         for name in ("val_lwlrap", "val_lrap"):
             record[name] = trainer.callback_metrics[name].item()
+        preds = torch.cat([p for p, _ in self._batches]) if self._batches else torch.zeros(0, NUM_CLASSES)
+        target = torch.cat([t for _, t in self._batches]) if self._batches else torch.zeros(0, NUM_CLASSES)
+        shards = [(preds, target)]
+        if dist.is_available() and dist.is_initialized():
+            shards = [None] * dist.get_world_size()
+            dist.all_gather_object(shards, (preds, target))
+        all_preds = torch.cat([shard_preds for shard_preds, _ in shards]).double()
+        all_target = torch.cat([shard_target for _, shard_target in shards])
+        record["num_gathered"] = all_preds.shape[0]
+        record["recomputed_lwlrap"] = multilabel_lwlrap(all_preds, all_target).item()
+        record["recomputed_lrap"] = multilabel_lrap(all_preds, all_target).item()
         if self.keep_predictions:
-            preds = torch.cat([p for p, _ in self._batches]) if self._batches else torch.zeros(0, NUM_CLASSES)
-            target = torch.cat([t for _, t in self._batches]) if self._batches else torch.zeros(0, NUM_CLASSES)
-            shards = [(preds.tolist(), target.tolist())]
-            if dist.is_available() and dist.is_initialized():
-                shards = [None] * dist.get_world_size()
-                dist.all_gather_object(shards, (preds.tolist(), target.tolist()))
-            record["preds"] = [row for shard_preds, _ in shards for row in shard_preds]
-            record["target"] = [row for _, shard_target in shards for row in shard_target]
+            record["preds"] = all_preds.tolist()
+            record["target"] = all_target.tolist()
         self.records.append(record)
         rank_zero_info(
-            f"epoch {record['epoch']}: val_lwlrap={record['val_lwlrap']:.4f} val_lrap={record['val_lrap']:.4f}"
+            f"epoch {record['epoch']}: val_lwlrap={record['val_lwlrap']:.4f} val_lrap={record['val_lrap']:.4f} "
+            f"(recomputed over all {record['num_gathered']} gathered predictions: "
+            f"{record['recomputed_lwlrap']:.4f} and {record['recomputed_lrap']:.4f})"
         )
 
 
@@ -226,7 +240,21 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
                 json.dump({"config": config, "epochs": recorder.records}, file)
     if trainer.is_global_zero and recorder.records:
         last = recorder.records[-1]
-        print(f"final validation: lwlrap {last['val_lwlrap']:.4f}, LRAP {last['val_lrap']:.4f}")
+        world = trainer.world_size
+        print(
+            f"final validation ({world} process{'es' if world > 1 else ''}, {last['num_gathered']} samples, "
+            f"{trainer.global_step} optimizer steps):\n"
+            f"          metric    recomputed over all gathered predictions\n"
+            f"  lwlrap  {last['val_lwlrap']:.4f}    {last['recomputed_lwlrap']:.4f}\n"
+            f"  LRAP    {last['val_lrap']:.4f}    {last['recomputed_lrap']:.4f}"
+        )
+        if world > 1:
+            print(
+                f"Each of the {world} processes trained on 1/{world} of the training set per epoch: "
+                f"{trainer.global_step} optimizer steps, where one process takes {world * trainer.global_step}. "
+                f"The model trained less, so its score differs from a single-process run; the metric itself "
+                f"equals the value over all predictions."
+            )
     return recorder.records
 
 

@@ -118,3 +118,29 @@ def test_size_arguments_are_checked():
         parse_sizes("10x2")
     with pytest.raises(ValueError, match=r"density of '10x8:1.5' must be in \(0, 1\]"):
         parse_sizes("10x8:1.5")
+
+
+@pytest.mark.parametrize("module", ["benchmarks.run", "benchmarks.crossover"])
+def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
+    # Without --out a run must never overwrite the committed results in benchmarks/results.
+    import argparse
+    import importlib
+
+    from benchmarks.run import RESULTS_DIR, SCRATCH_DIR
+
+    seen = {}
+    parse_args = argparse.ArgumentParser.parse_args
+
+    def stop(self, args=None, namespace=None):
+        seen["out"] = parse_args(self, args, namespace).out
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main([])
+    assert seen["out"] == SCRATCH_DIR != RESULTS_DIR
+    if (ROOT / ".git").exists():
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(SCRATCH_DIR / "cpu.json")], cwd=ROOT)
+        assert ignored.returncode == 0, f"{SCRATCH_DIR} is not git-ignored"
+        tracked = subprocess.run(["git", "ls-files", str(RESULTS_DIR)], cwd=ROOT, capture_output=True, text=True)
+        assert "cpu.json" in tracked.stdout  # the committed results stay where README and RESULTS.md link

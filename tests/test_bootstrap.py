@@ -674,3 +674,16 @@ def test_readme_compare_output_is_current(capsys, monkeypatch):
         "examples/data/sample_submission.csv", "--per-class",
     )
     assert code == 0 and out == shown
+
+
+@pytest.mark.parametrize("name", list(METRICS))
+def test_states_made_under_inference_mode_update_outside_it(name):
+    batches = _batches(2)
+    with torch.inference_mode():
+        metric = METRICS[name](num_bootstrap=40, bootstrap_seed=2)
+    _feed(metric, batches)
+    with torch.inference_mode():
+        _feed(metric, batches[:1])
+    reference = METRICS[name](num_bootstrap=40, bootstrap_seed=2)
+    _feed(reference, batches + batches[:1])
+    torch.testing.assert_close(metric.bootstrap_samples(), reference.bootstrap_samples(), equal_nan=True)

@@ -75,9 +75,9 @@ def test_tie_rules_on_a_fully_tied_row():
     preds = torch.tensor([[0.5, 0.5, 0.5, 0.5]])
     target = torch.tensor([[0, 1, 0, 1]])
     # "max": every label has rank 4 and 2 positives at or above it -> 2/4 each
-    assert multilabel_lrap(preds, target, ties="max").item() == pytest.approx(0.5)
+    assert multilabel_lrap(preds, target, ties="max").item() == pytest.approx(0.5, rel=1e-12)
     # "index": columns ranked 1..4 in order -> column 1: 1/2, column 3: 2/4
-    assert multilabel_lrap(preds, target, ties="index").item() == pytest.approx((1 / 2 + 2 / 4) / 2)
+    assert multilabel_lrap(preds, target, ties="index").item() == pytest.approx((1 / 2 + 2 / 4) / 2, rel=1e-12)
     assert multilabel_lwlrap(preds, target, ties="index", average="none")[[1, 3]].tolist() == [0.5, 0.5]
 
 
@@ -85,11 +85,11 @@ def test_scores_are_ranked_raw_not_through_sigmoid():
     # float32 sigmoid of 20 and 30 is exactly 1.0; ranked raw, 30 is strictly ahead of 20.
     preds = torch.tensor([[20.0, 30.0, -5.0]])
     target = torch.tensor([[1, 0, 0]])
-    assert multilabel_lrap(preds, target).item() == pytest.approx(0.5)
-    assert multilabel_lrap(torch.sigmoid(preds), target).item() == pytest.approx(0.5)  # tie -> rank 2 too
+    assert multilabel_lrap(preds, target).item() == pytest.approx(0.5, rel=1e-12)
+    assert multilabel_lrap(torch.sigmoid(preds), target).item() == pytest.approx(0.5, rel=1e-12)  # tie -> rank 2 too
     target = torch.tensor([[0, 1, 0]])
     assert multilabel_lrap(preds, target).item() == 1.0
-    assert multilabel_lrap(torch.sigmoid(preds), target).item() == pytest.approx(0.5)
+    assert multilabel_lrap(torch.sigmoid(preds), target).item() == pytest.approx(0.5, rel=1e-12)
 
 
 def test_infinite_scores():
@@ -251,8 +251,8 @@ def test_empty_batch_is_a_no_op():
     metric.update(preds, target)
     lrap.update(preds, target)
     metric.update(torch.empty(0, 3), torch.empty(0, 3, dtype=torch.long))
-    assert metric.compute().item() == pytest.approx(0.7916666666666666)
-    assert lrap.compute().item() == pytest.approx(sklearn_lrap(target.numpy(), preds.numpy()))
+    assert metric.compute().item() == pytest.approx(0.7916666666666666, rel=1e-12)
+    assert lrap.compute().item() == pytest.approx(sklearn_lrap(target.numpy(), preds.numpy()), rel=1e-12)
 
 
 def test_no_positive_label_gives_nan_with_a_warning():
@@ -272,9 +272,9 @@ def test_all_positive_and_all_ignored_rows():
     preds = torch.tensor([[0.3, 0.2, 0.1], [0.5, 0.4, 0.3], [0.1, 0.2, 0.3]])
     target = torch.tensor([[1, 1, 1], [-1, -1, -1], [1, 0, -1]])
     # row 0: all positive -> 1; row 1: nothing known -> 1; row 2: column 0 ranked below column 1 -> 1/2
-    assert multilabel_lrap(preds, target, ignore_index=-1).item() == pytest.approx((1 + 1 + 0.5) / 3)
+    assert multilabel_lrap(preds, target, ignore_index=-1).item() == pytest.approx((1 + 1 + 0.5) / 3, rel=1e-12)
     assert multilabel_lwlrap(preds, target, ignore_index=-1, average="none").tolist() == [
-        pytest.approx((1 + 0.5) / 2), 1.0, 1.0
+        pytest.approx((1 + 0.5) / 2, rel=1e-12), 1.0, 1.0
     ]
 
 
@@ -286,8 +286,10 @@ def test_metric_collection_forward_reset_state_dict_pickle():
     preds, target = random_case(21, n=90, c=6)
     collection = MetricCollection({"lwlrap": MultilabelLWLRAP(6), "lrap": MultilabelLRAP(6)})
     batch_values = collection(preds[:40], target[:40])
-    assert batch_values["lwlrap"].item() == pytest.approx(naive_lwlrap(preds[:40].numpy(), target[:40].numpy()))
-    assert batch_values["lrap"].item() == pytest.approx(sklearn_lrap(target[:40].numpy(), preds[:40].numpy()))
+    want_lwlrap = naive_lwlrap(preds[:40].numpy(), target[:40].numpy())
+    assert batch_values["lwlrap"].item() == pytest.approx(want_lwlrap, rel=1e-12)
+    want_lrap = sklearn_lrap(target[:40].numpy(), preds[:40].numpy())
+    assert batch_values["lrap"].item() == pytest.approx(want_lrap, rel=1e-12)
     collection.update(preds[40:], target[40:])
     values = collection.compute()
     assert values["lwlrap"].item() == pytest.approx(naive_lwlrap(preds.numpy(), target.numpy()), abs=1e-12)
@@ -307,7 +309,7 @@ def test_metric_collection_forward_reset_state_dict_pickle():
     metric.reset()
     assert metric.label_count.sum() == 0 and metric.precision_sum.sum() == 0
     metric.update(preds[:10], target[:10])
-    assert metric.compute().item() == pytest.approx(naive_lwlrap(preds[:10].numpy(), target[:10].numpy()))
+    assert metric.compute().item() == pytest.approx(naive_lwlrap(preds[:10].numpy(), target[:10].numpy()), rel=1e-12)
 
 
 def test_metric_attributes_and_state_types():
@@ -349,7 +351,7 @@ def test_bad_inputs_raise_and_lose_nothing(make, error, message):
         metric.update(good_p, good_t)
         functional = multilabel_lwlrap if isinstance(metric, MultilabelLWLRAP) else multilabel_lrap
         assert metric.compute().item() == pytest.approx(
-            functional(torch.cat([good_p, good_p]), torch.cat([good_t, good_t])).item()
+            functional(torch.cat([good_p, good_p]), torch.cat([good_t, good_t])).item(), rel=1e-12
         )
 
 
@@ -434,7 +436,8 @@ def test_target_value_checks(dtype, ignore_index, value, accepted, device):
 def test_nan_scores_are_found_among_infinities(dtype, device):
     preds = torch.tensor([[float("inf"), float("-inf"), 0.0], [1.0, -1.0, 2.0]], dtype=dtype, device=device)
     target = torch.tensor([[1, 0, 1], [0, 1, 0]], device=device)
-    assert multilabel_lwlrap(preds, target).item() == pytest.approx(naive_lwlrap(preds.cpu().double(), target.cpu()))
+    want = naive_lwlrap(preds.cpu().double(), target.cpu())
+    assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
     preds[1, 2] = float("nan")
     with pytest.raises(ValueError, match=r"`preds` contains NaN \(first at index \(1, 2\)\)"):
         multilabel_lwlrap(preds, target)
@@ -462,7 +465,7 @@ def test_nan_scores_are_found_by_every_engine_path_in_any_row(engine):
         assert torch.equal(metric.precision_sum, before[0]) and torch.equal(metric.label_count, before[1])
         # validate_args=False looks at no value: no error (the NaN sample has no positive, so no rank meets it)
         assert multilabel_lwlrap(preds, target, validate_args=False).item() == pytest.approx(
-            naive_lwlrap(preds[:, :, [0]].numpy(), target[:, :, [0]].numpy())
+            naive_lwlrap(preds[:, :, [0]].numpy(), target[:, :, [0]].numpy()), rel=1e-12
         )
 
 

@@ -349,7 +349,7 @@ def test_plot_per_class_sorted_worst_on_top(tmp_path):
     try:
         assert ax.yaxis_inverted()  # the first row is the top one
         assert _tick_labels(ax) == ["b", "d", "a", "c"]
-        assert _bars(ax) == pytest.approx([0.25, 0.5, 0.9, 0.0])
+        assert _bars(ax) == pytest.approx([0.25, 0.5, 0.9, 0.0], rel=1e-12)
         assert ax.get_title() == "sorted"
         _save_png(fig, tmp_path / "sorted.png")
     finally:
@@ -364,7 +364,7 @@ def test_plot_per_class_into_given_axes_with_default_names():
         out_fig, out_ax = plot_per_class(torch.tensor([1.0, 0.5, 0.75]), ax=ax)
         assert out_ax is ax and out_fig is fig
         assert _tick_labels(ax) == ["Class 0", "Class 1", "Class 2"]
-        assert _bars(ax) == pytest.approx([1.0, 0.5, 0.75])
+        assert _bars(ax) == pytest.approx([1.0, 0.5, 0.75], rel=1e-12)
     finally:
         plt.close(fig)
 

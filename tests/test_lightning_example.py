@@ -34,6 +34,7 @@ def _run_example(tmp_path: Path, *args: str) -> dict:
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     result = subprocess.run(command + list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"example failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    assert "recomputed over all gathered predictions" in result.stdout, result.stdout
     assert out.exists(), f"example wrote no {out.name}:\n{result.stdout}\n{result.stderr}"
     return json.loads(out.read_text())
 
@@ -51,6 +52,10 @@ def _check_logged_values(run: dict, num_val: int) -> None:
         assert ((positives >= 1) & (positives <= 3)).all()
 
         lwlrap, lrap = record["val_lwlrap"], record["val_lrap"]
+        # the example's own recomputation over the gathered predictions, as it prints it
+        assert record["num_gathered"] == num_val
+        assert record["recomputed_lwlrap"] == pytest.approx(lwlrap, rel=1e-12)
+        assert record["recomputed_lrap"] == pytest.approx(lrap, rel=1e-12)
         assert lwlrap == pytest.approx(multilabel_lwlrap(preds, target).item(), abs=1e-12)
         assert lrap == pytest.approx(multilabel_lrap(preds, target).item(), abs=1e-12)
 

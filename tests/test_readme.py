@@ -46,3 +46,31 @@ def test_readme_command_line_output_is_current(capsys, monkeypatch):
     monkeypatch.chdir(README.parent)
     assert main(["score", "examples/data/sample_truth.csv", "examples/data/sample_submission.csv", "--per-class"]) == 0
     assert capsys.readouterr().out == shown
+
+
+def test_quickstart_pastes_into_the_python_prompt():
+    # Line by line into the interactive interpreter, as a paste into `python` does: a statement after an indented
+    # block needs a blank line first. What the prompt echoes must be what the comments promise, in order.
+    import code
+    import contextlib
+    import io
+
+    quickstart = re.search(r"## Quickstart\n.*?```python\n(.*?)```", README.read_text(), flags=re.S).group(1)
+    errors = []
+
+    class Console(code.InteractiveConsole):
+        def write(self, data):
+            errors.append(data)
+
+    console, echoed = Console(), io.StringIO()
+    with contextlib.redirect_stdout(echoed):
+        for line in quickstart.splitlines():
+            assert not console.push(line) or line.startswith((" ", "for ", "with ", "if ", "def ", "class ")), (
+                f"the prompt is still waiting after {line!r}"
+            )
+        console.push("")
+    assert not errors, "".join(errors)
+    promised = [comment.strip() for line in quickstart.splitlines() if not line.startswith(" ")
+                for code_part, _, comment in [line.partition("#")] if comment.strip().startswith("tensor(")]
+    assert len(promised) == 4
+    assert echoed.getvalue().splitlines() == promised

@@ -515,6 +515,8 @@ BAD_BATCHES = [
     ("preds is a list", (P.tolist(), T), {}, TypeError, ["`preds`", "list"]),
     ("target is a numpy array", (P, T.numpy()), {}, TypeError, ["`target`", "ndarray"]),
     ("integer preds", (P.long(), T), {}, TypeError, ["`preds`", "torch.int64"]),
+    ("swapped arguments", (T, P), {}, TypeError, ["`preds`", "torch.int64", "look swapped"]),
+    ("zero classes", (torch.rand(4, 0), torch.zeros(4, 0)), {}, ValueError, ["`preds`", "one class", "(4, 0)"]),
     ("complex target", (P, T.to(torch.complex64)), {}, TypeError, ["`target`", "complex64"]),
     ("NaN in preds", (_with(P, (1, 2), math.nan), T), {}, ValueError, ["`preds`", "NaN", "(1, 2)"]),
     ("shape mismatch", (P, torch.zeros(5, 3, dtype=torch.long)), {}, ValueError, ["`target`", "(4, 3)", "(5, 3)"]),

@@ -106,11 +106,27 @@ def check_options(ties: str, ignore_index: Optional[int], average: Optional[str]
     check_average(average)
 
 
+def values_only(value):
+    """A tensor argument's values without its autograd history (``value.detach()``, no copy); anything else as is.
+
+    Scores straight from a training step carry gradients. Ranking reads values only: it must never build an
+    autograd graph or touch ``.grad``, and the numba path reads tensors as numpy arrays, which torch refuses for a
+    tensor that requires grad.
+    """
+    return value.detach() if isinstance(value, Tensor) else value
+
+
 def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
     """Checks that need no look at the values, hence no host-device sync: always run."""
     for name, value in (("preds", preds), ("target", target)):
         if not isinstance(value, Tensor):
             raise TypeError(f"Argument `{name}` must be a torch.Tensor, but got {type(value).__name__}.")
+    if not preds.is_floating_point() and target.is_floating_point():
+        raise TypeError(
+            f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and `target` "
+            f"has the floating dtype {target.dtype}: the arguments look swapped. Pass the scores first and the 0/1 "
+            f"labels second: `multilabel_lwlrap(preds=scores, target=labels)`, `metric.update(scores, labels)`."
+        )
     if not preds.is_floating_point():
         raise TypeError(
             f"Argument `preds` must be a floating point tensor of scores (float16, bfloat16, float32 or "
@@ -122,6 +138,11 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
     if preds.ndim < 2:
         raise ValueError(
             f"Argument `preds` must have at least 2 dimensions (N, C, ...), but got shape {tuple(preds.shape)}."
+        )
+    if preds.shape[1] == 0:
+        raise ValueError(
+            f"Argument `preds` must have at least one class (dimension 1 of (N, C, ...)), but got shape "
+            f"{tuple(preds.shape)}: lwlrap and LRAP rank the classes of each sample."
         )
     if preds.shape != target.shape:
         raise ValueError(

@@ -121,7 +121,19 @@ class _Bootstrap:
 
     def _count_update(self) -> None:
         """One more update drawn: called once the batch is accepted (a rejected batch changes nothing)."""
-        getattr(self, self._counter_name).add_(1)
+        setattr(self, self._counter_name, getattr(self, self._counter_name) + 1)
+
+    def _writable_states(self, *names: str) -> Tuple[Tensor, ...]:
+        """The replicate states, to add to in place: a state made under ``torch.inference_mode()`` is copied once
+        into a normal tensor when updated outside it (it cannot be written there)."""
+        states = []
+        for name in names:
+            state = getattr(self, name)
+            if state.is_inference() and not torch.is_inference_mode_enabled():
+                state = state.clone()
+                setattr(self, name, state)
+            states.append(state)
+        return tuple(states)
 
     @contextlib.contextmanager
     def _forward_counter(self) -> Iterator[None]:
@@ -253,15 +265,17 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
             # The replicates are added to the states in place, after the whole batch is checked.
             precision_sum, label_count = _lwlrap_bootstrap_update(
                 preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args,
-                self._update_key(), self.bootstrap_precision_sum, self.bootstrap_label_count,
+                self._update_key(), *self._writable_states("bootstrap_precision_sum", "bootstrap_label_count"),
             )
             self._count_update()
         else:
             precision_sum, label_count = _lwlrap_update(
                 preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
             )
-        self.precision_sum += precision_sum
-        self.label_count += label_count
+        # Out of place: a state made under torch.inference_mode() (a metric created, reset or used in a
+        # validation loop there) cannot be updated in place outside it.
+        self.precision_sum = self.precision_sum + precision_sum
+        self.label_count = self.label_count + label_count
 
     def forward(self, preds: Tensor, target: Tensor) -> Tensor:
         """Add a batch and return the lwlrap of this batch alone (``metric(preds, target)``).
@@ -424,15 +438,16 @@ class MultilabelLRAP(_Bootstrap, Metric):
         if self.num_bootstrap:
             lrap_sum, weight_sum = _lrap_bootstrap_update(
                 preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args,
-                self._update_key(), self.bootstrap_lrap_sum, self.bootstrap_weight_sum,
+                self._update_key(), *self._writable_states("bootstrap_lrap_sum", "bootstrap_weight_sum"),
             )
             self._count_update()
         else:
             lrap_sum, weight_sum = _lrap_update(
                 preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
             )
-        self.lrap_sum += lrap_sum
-        self.weight_sum += weight_sum
+        # Out of place, as in MultilabelLWLRAP.update: the state may have been made under torch.inference_mode().
+        self.lrap_sum = self.lrap_sum + lrap_sum
+        self.weight_sum = self.weight_sum + weight_sum
 
     def forward(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> Tensor:
         """Add a batch and return the LRAP of this batch alone (``metric(preds, target)``).
