@@ -687,3 +687,16 @@ def test_states_made_under_inference_mode_update_outside_it(name):
     reference = METRICS[name](num_bootstrap=40, bootstrap_seed=2)
     _feed(reference, batches + batches[:1])
     torch.testing.assert_close(metric.bootstrap_samples(), reference.bootstrap_samples(), equal_nan=True)
+
+
+@pytest.mark.slow
+def test_bootstrap_benchmark_runs(tmp_path):
+    import json
+
+    from benchmarks.bootstrap import main
+
+    main(["--quick", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "bootstrap-quick.json").read_text())
+    row = report["timings"][0]
+    assert row["lwlrap_ratio"] > 0 and row["positives"] > 0
+    assert (tmp_path / "bootstrap-quick.md").read_text().startswith("# Bootstrap update cost")
