@@ -48,6 +48,41 @@ def test_readme_command_line_output_is_current(capsys, monkeypatch):
     assert capsys.readouterr().out == shown
 
 
+def test_readme_challenge_files_command_runs(tmp_path, capsys, monkeypatch):
+    """The command of "Scoring the challenge's own files", on files of the layouts it names."""
+    import shlex
+
+    import numpy as np
+
+    from torch_lwlrap.cli import main
+
+    section = re.search(r"### Scoring the challenge's own files\n(.*?)\n## ", README.read_text(), flags=re.S).group(1)
+    command = re.search(r"```bash\n(torch-lwlrap score .*?)\n```", section).group(1)
+    argv = shlex.split(command)
+    rng = np.random.default_rng(0)
+    classes = [f"Class_{j:02d}_(x)" for j in range(30)]
+    fnames = [f"{i:06x}.wav" for i in range(50)]
+    usage = ["Public" if i % 3 else "Private" for i in range(50)]
+    monkeypatch.chdir(tmp_path)
+    with open("test_post_competition.csv", "w") as handle:
+        handle.write("fname,labels,usage,freesound_id,license\n")
+        for i, fname in enumerate(fnames):
+            labels = ",".join(classes[j] for j in rng.choice(30, size=2, replace=False))
+            handle.write(f'{fname},"{labels}",{usage[i]},{1000 + i},CC-BY\n')
+    with open("public_submission.csv", "w") as handle:
+        handle.write("fname," + ",".join(classes) + "\n")
+        for i, fname in enumerate(fnames):
+            if usage[i] == "Public":
+                handle.write(fname + "," + ",".join(f"{v:.3f}" for v in rng.random(30)) + "\n")
+    with open("vocabulary.csv", "w") as handle:
+        handle.writelines(f"{j},{name},/m/0{j}\n" for j, name in enumerate(classes))
+    assert argv[0] == "torch-lwlrap"
+    assert main(argv[1:]) == 0
+    out = capsys.readouterr().out
+    assert f"where        usage=Public: {usage.count('Public')} of 50 truth rows" in out
+    assert "the 10 worst of" in out
+
+
 def test_quickstart_pastes_into_the_python_prompt():
     # Line by line into the interactive interpreter, as a paste into `python` does: a statement after an indented
     # block needs a blank line first. What the prompt echoes must be what the comments promise, in order.

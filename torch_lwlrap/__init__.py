@@ -1,9 +1,10 @@
 """torch_lwlrap: exact, fast lwlrap and LRAP for PyTorch and torchmetrics."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
-from torch_lwlrap.intervals import Comparison, Interval, compare_lwlrap, multilabel_lrap_ci, multilabel_lwlrap_ci
+if TYPE_CHECKING:
+    from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
+    from torch_lwlrap.intervals import Comparison, Interval, compare_lwlrap, multilabel_lrap_ci, multilabel_lwlrap_ci
 
 __version__ = "0.1.0"
 
@@ -23,8 +24,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The metric classes import torchmetrics (and through it scipy): load them on first use only, so the
-    # functions and the command line start fast.
+    # Loaded on first use: the functions import torch, the metric classes torchmetrics (and through it scipy), so
+    # the command line reads and checks its files (and answers --help) before paying for either.
+    if name in ("multilabel_lrap", "multilabel_lwlrap", "multilabel_lwlrap_per_class"):
+        from torch_lwlrap import functional
+
+        return getattr(functional, name)
+    if name in ("Comparison", "Interval", "compare_lwlrap", "multilabel_lrap_ci", "multilabel_lwlrap_ci"):
+        from torch_lwlrap import intervals
+
+        return getattr(intervals, name)
     if name in ("MultilabelLWLRAP", "MultilabelLRAP"):
         from torch_lwlrap import metrics
 

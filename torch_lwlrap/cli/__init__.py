@@ -2,12 +2,14 @@
 
 Usage::
 
-    torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index] [--ci [B]]
+    torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index]
+                       [--where COLUMN=VALUE] [--classes FILE] [--top K] [--ci [B]]
     torch-lwlrap compare TRUTH.csv A.csv B.csv [--bootstrap B] [--per-class] [--json] [--plot OUT.png]
     python -m torch_lwlrap score TRUTH.csv PRED.csv
 
 ``TRUTH.csv`` is either the challenge layout, header ``fname,labels`` with the positive class names of a row
-comma-joined in one quoted field (``a.wav,"Bark,Dog"``), or a wide 0/1 table with header ``fname,<class>,...``.
+comma-joined in one quoted field (``a.wav,"Bark,Dog"``) and any metadata columns (``usage``, ``license``, ...),
+or a wide 0/1 table with header ``fname,<class>,...``.
 ``PRED.csv`` is the submission layout, header ``fname,<class>,...`` with one score per class. Rows are matched by
 ``fname`` and classes by column name, both in any order. All scoring goes through
 :func:`torch_lwlrap.multilabel_lwlrap_per_class`, :func:`torch_lwlrap.multilabel_lwlrap` and

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -20,8 +21,11 @@ __all__ = [
     "Predictions",
     "Truth",
     "align",
+    "check_vocabulary",
+    "read_classes",
     "read_predictions",
     "read_truth",
+    "select_rows",
 ]
 
 CHALLENGE_HEADER = ("fname", "labels")
@@ -70,6 +74,8 @@ class Truth:
         layout: ``"challenge"`` (``fname,labels``) or ``"wide"`` (``fname,<class>,...`` with 0/1 values).
         path: the file read.
         lines: the line number of each row in the file (for messages).
+        metadata: in the challenge layout, the columns other than ``fname`` and ``labels`` (``usage``,
+            ``license``, FSD50K's ``split``, ...), name to the stripped value of each row, in file order.
     """
 
     fnames: List[str]
@@ -78,6 +84,7 @@ class Truth:
     layout: str
     path: str
     lines: List[int]
+    metadata: Dict[str, List[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,11 +110,92 @@ class Predictions:
 
 
 def _is_challenge(header: Sequence[str]) -> bool:
-    return len(header) == 2 and set(header) == set(CHALLENGE_HEADER)
+    return all(name in header for name in CHALLENGE_HEADER)
+
+
+_PANDAS_INDEX_NAME = re.compile(r"Unnamed: \d+")
+PANDAS_INDEX_FIX = "write the file with to_csv(path, index=False), or drop the column"
+
+
+def counts_up(values: np.ndarray) -> bool:
+    """Whether ``values`` are exactly 0, 1, 2, ..., N-1 (N >= 2): the default index pandas writes with to_csv."""
+    return (
+        values.size >= 2
+        and values[0] == 0
+        and values[-1] == values.size - 1
+        and bool(np.all(np.diff(values) == 1))
+    )
+
+
+def _counts_up_text(texts: Sequence[str]) -> bool:
+    try:
+        return counts_up(np.array([float(text) for text in texts]))
+    except ValueError:
+        return False
+
+
+def _index_column_error(role: str, path: str, position: int, name: str, texts: Sequence[str]) -> CsvFormatError:
+    named = f"({name!r})" if name else "(no name)"
+    what = "holds the row numbers 0, 1, 2, ..." if not texts or _counts_up_text(texts) else "has no name"
+    return CsvFormatError(
+        f"{role} file {path!r}: column {position + 1} {named} {what}: it is the index pandas writes by default, "
+        f"not data; {PANDAS_INDEX_FIX}."
+    )
 
 
 def _where(path: str, line: int, fname: Optional[str] = None) -> str:
     return f"{path!r}, line {line}" + (f" (fname {fname!r})" if fname is not None else "")
+
+
+def _read_plain_table(
+    path: str, *, accept: Callable[[List[str]], bool]
+) -> Optional[Tuple[List[str], List[str], np.ndarray]]:
+    """Header, fnames and values ``(rows, columns after fname)`` of a plain numeric table, parsed by numpy's
+    compiled reader (about 20 times faster than the csv module and ``float``, and to the same bits).
+
+    Plain: ``fname`` first, then numbers only, no quote in any row, no blank line, no NaN, a sound header that
+    ``accept`` takes. Anything else returns None, and the precise line-by-line reader (:func:`_read_rows`) reads
+    the file instead, naming any error's file, line, fname and column exactly.
+    """
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    header_line, _, body = text.partition("\n")
+    if not body or '"' in body:
+        return None
+    try:
+        header = [name.strip() for name in next(csv.reader([header_line]))]
+    except (csv.Error, StopIteration):
+        return None
+    plain_header = (
+        len(header) >= 2
+        and header[0] == "fname"
+        and len(set(header)) == len(header)
+        and all(name and not _PANDAS_INDEX_NAME.fullmatch(name) for name in header)
+    )
+    if not plain_header or not accept(header):
+        return None
+    lines = body.split("\n")
+    if not lines[-1]:
+        lines.pop()
+    num_values = len(header) - 1
+    # Every row has at least num_values commas (numpy checks the columns it reads), so this count makes it exact.
+    if body.count(",") != len(lines) * num_values:
+        return None
+    fnames = [line[: line.find(",")].strip() for line in lines]
+    if "" in fnames or len(set(fnames)) != len(fnames):
+        return None
+    try:
+        values = np.loadtxt(
+            lines, dtype=np.float64, delimiter=",", comments=None, usecols=range(1, num_values + 1), ndmin=2
+        )
+    except ValueError:
+        return None
+    if values.shape != (len(lines), num_values) or np.isnan(values).any():
+        return None
+    return header, fnames, values
 
 
 def _read_rows(path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
@@ -145,15 +233,16 @@ def _read_rows(path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[st
             f"{role} file {path!r} has no 'fname' column: its first line must be a header such as "
             f"'fname,labels' or 'fname,<class>,...', but got {shown!r}."
         )
+    if not rows:
+        raise CsvFormatError(f"{role} file {path!r} has a header but no rows.")
     seen: Dict[str, int] = {}
     for position, name in enumerate(header):
-        if not name:
-            raise CsvFormatError(f"{role} file {path!r}: column {position + 1} of the header has no name.")
+        if not name or _PANDAS_INDEX_NAME.fullmatch(name):
+            texts = [fields[position].strip() if position < len(fields) else "" for _, fields in rows]
+            raise _index_column_error(role, path, position, name, texts)
         if name in seen:
             raise CsvFormatError(f"{role} file {path!r}: column {name!r} appears twice in the header.")
         seen[name] = position
-    if not rows:
-        raise CsvFormatError(f"{role} file {path!r} has a header but no rows.")
 
     fname_at = header.index("fname")
     first_line: Dict[str, int] = {}
@@ -161,7 +250,7 @@ def _read_rows(path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[st
         fname = fields[fname_at].strip() if fname_at < len(fields) else None
         if len(fields) != len(header):
             hint = ""
-            if _is_challenge(header) and len(fields) > 2:
+            if _is_challenge(header) and len(fields) > len(header):
                 hint = ' (put the labels of a row in one quoted field, e.g. a.wav,"Bark,Dog")'
             raise CsvFormatError(
                 f"{role} file {_where(path, line, fname)}: {len(fields)} fields, but the header has "
@@ -181,9 +270,11 @@ def _read_rows(path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[st
 def read_truth(path: str) -> Truth:
     """Read a ground-truth CSV: challenge layout (``fname,labels``) or a wide 0/1 table (``fname,<class>,...``).
 
-    The layout is told by the header: exactly the two columns ``fname`` and ``labels`` is the challenge layout,
+    The layout is told by the header: a header with both ``fname`` and ``labels`` columns is the challenge layout,
     anything else with an ``fname`` column is a wide table. In the challenge layout, ``labels`` holds the positive
-    class names comma-joined (quoted when more than one); an empty field means no positive label.
+    class names comma-joined (quoted when more than one); an empty field means no positive label. Its other
+    columns are metadata, not scored: the official test labels' ``usage,freesound_id,license`` and FSD50K's
+    ``mids,split`` (see :attr:`Truth.metadata`).
 
     Args:
         path: the CSV file.
@@ -204,6 +295,13 @@ def read_truth(path: str) -> Truth:
         >>> truth.layout, truth.fnames, truth.labels
         ('challenge', ['a.wav', 'b.wav'], [['Bark', 'Dog'], ['Guitar']])
     """
+    plain = _read_plain_table(path, accept=lambda header: not _is_challenge(header))
+    if plain is not None and np.isin(plain[2], (0.0, 1.0)).all():
+        header, fnames, values = plain
+        classes = header[1:]
+        labels = [[classes[j] for j in np.flatnonzero(row).tolist()] for row in values]
+        return Truth(fnames, labels, classes, "wide", path, list(range(2, len(fnames) + 2)))
+
     header, rows = _read_rows(path, "truth")
     fname_at = header.index("fname")
     fnames = [fields[fname_at].strip() for _, fields in rows]
@@ -214,7 +312,12 @@ def read_truth(path: str) -> Truth:
         for fields in (fields for _, fields in rows):
             names = [name.strip() for name in fields[labels_at].split(",")]
             labels.append(list(dict.fromkeys(name for name in names if name)))
-        return Truth(fnames, labels, None, "challenge", path, lines)
+        metadata = {
+            name: [fields[position].strip() for _, fields in rows]
+            for position, name in enumerate(header)
+            if name not in CHALLENGE_HEADER
+        }
+        return Truth(fnames, labels, None, "challenge", path, lines, metadata)
 
     classes = [name for name in header if name != "fname"]
     if not classes:
@@ -231,6 +334,8 @@ def read_truth(path: str) -> Truth:
             except ValueError:
                 value = float("nan")
             if value not in (0.0, 1.0):
+                if _counts_up_text([other[position].strip() for _, other in rows]):
+                    raise _index_column_error("truth", path, position, name, [])
                 raise CsvFormatError(
                     f"truth file {_where(path, line, fields[fname_at].strip())}, column {name!r}: the value "
                     f"{text!r} is not 0 or 1."
@@ -266,6 +371,12 @@ def read_predictions(path: str) -> Predictions:
         >>> pred.classes, pred.scores.tolist()
         (['Bark', 'Dog'], [[0.9, 0.25], [0.1, 0.5]])
     """
+    plain = _read_plain_table(path, accept=lambda header: True)
+    if plain is not None:
+        header, fnames, scores = plain
+        _check_no_index_column(scores, header[1:], header, path)
+        return Predictions(fnames, header[1:], scores, path)
+
     header, rows = _read_rows(path, "prediction")
     fname_at = header.index("fname")
     classes = [name for name in header if name != "fname"]
@@ -293,11 +404,80 @@ def read_predictions(path: str) -> Predictions:
                     f"which cannot be ranked."
                 )
             scores[row, column] = value
+    _check_no_index_column(scores, classes, header, path)
     return Predictions(fnames, classes, scores, path)
 
 
-def align(truth: Truth, pred: Predictions) -> np.ndarray:
-    """0/1 target ``(rows, classes)`` in the prediction's row and column order."""
+def _check_no_index_column(scores: np.ndarray, classes: Sequence[str], header: Sequence[str], path: str) -> None:
+    """A class column holding 0, 1, 2, ..., N-1 is a leftover index (``df.reset_index()``), not scores."""
+    if scores.shape[0] < 3:
+        return  # two rows scored 0 and 1 are plausible scores
+    maybe = np.flatnonzero((scores[0] == 0) & (scores[-1] == scores.shape[0] - 1))
+    for column in maybe.tolist():
+        if counts_up(scores[:, column]):
+            raise _index_column_error("prediction", path, header.index(classes[column]), classes[column], [])
+
+
+def _listed(names: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(repr(name) for name in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def select_rows(truth: Truth, where: Sequence[Tuple[str, str]]) -> Truth:
+    """The truth rows whose metadata columns hold the given values (all must hold), e.g. ``[("usage", "Public")]``.
+
+    Raises:
+        CommandError: the truth has no such metadata column, or the conditions select no row.
+
+    Example:
+        >>> truth = Truth(["a.wav", "b.wav"], [["Bark"], ["Cat"]], None, "challenge", "t.csv", [2, 3],
+        ...               {"usage": ["Public", "Private"]})
+        >>> select_rows(truth, [("usage", "Private")]).fnames
+        ['b.wav']
+    """
+    if not where:
+        return truth
+    shown = " ".join(f"--where {column}={value}" for column, value in where)
+    if not truth.metadata:
+        layout = "a wide 0/1 table" if truth.layout == "wide" else "fname,labels only"
+        raise CommandError(
+            f"{shown}: truth file {truth.path!r} has no metadata column to select by ({layout}); --where takes a "
+            f"column of the challenge layout besides fname and labels, such as usage in fname,labels,usage,..."
+        )
+    keep = list(range(len(truth.fnames)))
+    for column, value in where:
+        if column not in truth.metadata:
+            raise CommandError(
+                f"--where {column}={value}: truth file {truth.path!r} has no metadata column {column!r}; its "
+                f"metadata columns are {_listed(list(truth.metadata))}."
+            )
+        values = truth.metadata[column]
+        if value not in values:
+            present = sorted(set(values))
+            raise CommandError(
+                f"--where {column}={value} selects no row: column {column!r} of truth file {truth.path!r} holds "
+                f"{_listed(present)} (values are matched exactly, case included)."
+            )
+        keep = [row for row in keep if values[row] == value]
+    if not keep:
+        raise CommandError(f"{shown}: no truth row of {truth.path!r} meets all these conditions together.")
+    return Truth(
+        [truth.fnames[row] for row in keep],
+        [truth.labels[row] for row in keep],
+        truth.classes,
+        truth.layout,
+        truth.path,
+        [truth.lines[row] for row in keep],
+        {name: [values[row] for row in keep] for name, values in truth.metadata.items()},
+    )
+
+
+def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) -> Tuple[np.ndarray, np.ndarray]:
+    """0/1 target ``(rows, classes)`` in the prediction's row and column order, and the prediction rows it covers.
+
+    Every truth fname must be a prediction row, and every prediction fname a truth row, except the fnames in
+    ``unselected`` (truth rows left out by :func:`select_rows`), whose prediction rows are left out.
+    """
     pred_rows = {fname: row for row, fname in enumerate(pred.fnames)}
     truth_fnames = set(truth.fnames)
     for fname, line in zip(truth.fnames, truth.lines):
@@ -306,11 +486,16 @@ def align(truth: Truth, pred: Predictions) -> np.ndarray:
                 f"fname {fname!r} (truth file {truth.path!r}, line {line}) is missing from prediction file "
                 f"{pred.path!r}."
             )
-    for fname in pred.fnames:
-        if fname not in truth_fnames:
+    kept = []
+    for row, fname in enumerate(pred.fnames):
+        if fname in truth_fnames:
+            kept.append(row)
+        elif fname not in unselected:
             raise CsvFormatError(
                 f"fname {fname!r} of prediction file {pred.path!r} is missing from truth file {truth.path!r}."
             )
+    kept_rows = np.array(kept, dtype=np.int64)
+    position = {fname: at for at, fname in enumerate(pred.fnames[row] for row in kept)}
     columns = {name: column for column, name in enumerate(pred.classes)}
     if truth.classes is not None:
         for name in truth.classes:
@@ -319,9 +504,9 @@ def align(truth: Truth, pred: Predictions) -> np.ndarray:
                     f"class column {name!r} of truth file {truth.path!r} is not a column of prediction file "
                     f"{pred.path!r}."
                 )
-    target = np.zeros(pred.scores.shape, dtype=np.int8)
+    target = np.zeros((len(kept), len(pred.classes)), dtype=np.int8)
     for fname, line, labels in zip(truth.fnames, truth.lines, truth.labels):
-        row = pred_rows[fname]
+        row = position[fname]
         for name in labels:
             if name not in columns:
                 raise CsvFormatError(
@@ -329,4 +514,98 @@ def align(truth: Truth, pred: Predictions) -> np.ndarray:
                     f"file {pred.path!r}."
                 )
             target[row, columns[name]] = 1
-    return target
+    return target, kept_rows
+
+
+def read_classes(path: str) -> List[str]:
+    """Read a class vocabulary: one class name a line, or the challenge's ``index,label[,mid]`` CSV.
+
+    A name that holds a comma is quoted (``"Bark, dog"``). The vocabulary CSV may start with a header line
+    (``index,label,mid``); its first field is the class's integer index, its second the name.
+
+    Raises:
+        CommandError: a missing or unreadable file, a line of neither form, an empty or duplicated name.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "vocabulary.csv")
+        >>> with open(path, "w") as f:
+        ...     _ = f.write("0,Accordion,/m/0mkg\\n1,Bark,/m/05tny_\\n")
+        >>> read_classes(path)
+        ['Accordion', 'Bark']
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            rows = [(reader.line_num, fields) for fields in reader if any(field.strip() for field in fields)]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        reason = {FileNotFoundError: "does not exist", IsADirectoryError: "is a directory, not a file"}.get(
+            type(err), f"cannot be read: {getattr(err, 'strerror', None) or err}"
+        )
+        raise CommandError(f"--classes: classes file {path!r} {reason}.") from None
+    if not rows:
+        raise CommandError(f"--classes: classes file {path!r} is empty: expected one class name a line.")
+
+    def is_index(text: str) -> bool:
+        return text.strip().isdigit()
+
+    first = rows[0][1]
+    if len(rows) > 1 and len(first) in (2, 3) and not is_index(first[0]) and is_index(rows[1][1][0]):
+        rows = rows[1:]  # the vocabulary CSV's header
+    vocabulary = all(len(fields) in (2, 3) and is_index(fields[0]) for _, fields in rows)
+    names: List[str] = []
+    first_line: Dict[str, int] = {}
+    for line, fields in rows:
+        if not vocabulary and len(fields) != 1:
+            raise CommandError(
+                f"--classes: classes file {path!r}, line {line}: {len(fields)} fields; expected one class name a "
+                f"line (quote a name that holds a comma) or the vocabulary CSV 'index,label[,mid]'."
+            )
+        name = (fields[1] if vocabulary else fields[0]).strip()
+        if not name:
+            raise CommandError(f"--classes: classes file {path!r}, line {line}: the class name is empty.")
+        if name in first_line:
+            raise CommandError(
+                f"--classes: classes file {path!r}, line {line}: class {name!r} is listed twice (first on line "
+                f"{first_line[name]})."
+            )
+        first_line[name] = line
+        names.append(name)
+    return names
+
+
+def check_vocabulary(classes: Sequence[str], classes_path: str, truth: Truth, pred: Predictions) -> None:
+    """The prediction's columns must be exactly the vocabulary's classes (in any order), and so must the truth's.
+
+    Raises:
+        CommandError: a prediction column, a wide truth column or a truth label outside the vocabulary, or a
+            vocabulary class that is not a prediction column.
+    """
+    vocabulary = set(classes)
+    outside = [name for name in pred.classes if name not in vocabulary]
+    if outside:
+        raise CommandError(
+            f"{len(outside)} class column(s) of prediction file {pred.path!r} are not in the vocabulary "
+            f"{classes_path!r} ({len(classes)} classes): {_listed(outside)}; fix their names or drop the columns."
+        )
+    columns = set(pred.classes)
+    missing = [name for name in classes if name not in columns]
+    if missing:
+        raise CommandError(
+            f"{len(missing)} class(es) of the vocabulary {classes_path!r} are not columns of prediction file "
+            f"{pred.path!r}: {_listed(missing)}; a submission scores every class."
+        )
+    if truth.classes is not None:
+        outside = [name for name in truth.classes if name not in vocabulary]
+        if outside:
+            raise CommandError(
+                f"{len(outside)} class column(s) of truth file {truth.path!r} are not in the vocabulary "
+                f"{classes_path!r}: {_listed(outside)}."
+            )
+    for fname, line, labels in zip(truth.fnames, truth.lines, truth.labels):
+        for name in labels:
+            if name not in vocabulary:
+                raise CommandError(
+                    f"truth file {_where(truth.path, line, fname)}: label {name!r} is not in the vocabulary "
+                    f"{classes_path!r}."
+                )

@@ -7,11 +7,12 @@ summary), and puts JSON-able values under ``Score.extra``, which ``--json`` prin
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from torch_lwlrap.cli._files import CommandError, CsvFormatError
 
@@ -47,6 +48,11 @@ class Score:
         counts: the number of positive labels of each class.
         truth_layout: ``"challenge"`` or ``"wide"``.
         extra: values other modules add to the report, each printed by ``--json`` under its key.
+        metadata_columns: the truth's columns that were not scored (challenge layout: besides fname, labels).
+        where: the ``--where`` conditions ``(column, value)`` that selected the truth rows scored.
+        truth_rows: the number of rows of the truth file (``num_samples`` when nothing was selected).
+        ignored_pred_rows: prediction rows left out because their truth rows were not selected.
+        vocabulary: the ``--classes`` file that pinned the classes, or None.
     """
 
     lwlrap: float
@@ -59,6 +65,11 @@ class Score:
     counts: List[int]
     truth_layout: str
     extra: Dict[str, object] = field(default_factory=dict)
+    metadata_columns: List[str] = field(default_factory=list)
+    where: List[Tuple[str, str]] = field(default_factory=list)
+    truth_rows: Optional[int] = None
+    ignored_pred_rows: int = 0
+    vocabulary: Optional[str] = None
 
     def to_dict(self) -> Dict[str, object]:
         """The JSON object printed by ``--json``; the lwlrap of a class without positive is None (``null``).
@@ -78,8 +89,44 @@ class Score:
                 name: {"lwlrap": None if math.isnan(value) else value, "weight": weight, "count": count}
                 for name, value, weight, count in zip(self.classes, self.per_class, self.weights, self.counts)
             },
+            "classes_without_positive": self.without_positive(),
+            "metadata_columns": list(self.metadata_columns),
+            "selection": None
+            if not self.where
+            else {
+                "where": dict(self.where),
+                "truth_rows": self.truth_rows,
+                "selected_rows": self.num_samples,
+                "ignored_prediction_rows": self.ignored_pred_rows,
+            },
+            "vocabulary": self.vocabulary,
             **self.extra,
         }
+
+    def without_positive(self) -> List[str]:
+        """The classes without a positive label in the scored rows, in column order.
+
+        Example:
+            >>> Score(0.75, 0.8, 2, 3, ["a", "b"], [0.75, float("nan")], [1.0, 0.0], [3, 0], "wide").without_positive()
+            ['b']
+        """
+        return [name for name, count in zip(self.classes, self.counts) if count == 0]
+
+    def ranked(self, top: Optional[int] = None) -> List[int]:
+        """Class indices for the per-class table and plot: all, worst first; or the ``top`` worst (``top > 0``)
+        or the ``-top`` best, best first (``top < 0``), among the classes with a positive label.
+
+        Example:
+            >>> score = Score(0.5, 0.5, 1, 1, ["a", "b", "c"], [0.9, float("nan"), 0.2], [0.5, 0.0, 0.5], [1, 0, 1],
+            ...               "wide")
+            >>> score.ranked(), score.ranked(1), score.ranked(-1)
+            ([2, 0, 1], [2], [0])
+        """
+        order = self.worst_first()
+        if top is None:
+            return order
+        scored = [i for i in order if not math.isnan(self.per_class[i])]
+        return scored[:top] if top > 0 else scored[::-1][:-top]
 
     def worst_first(self) -> List[int]:
         """Class indices ordered by per-class lwlrap, worst first; classes without positive last.
@@ -99,6 +146,9 @@ class Score:
         )
 
 
+# The report names the classes without a positive label when there are at most this many.
+_NAMED_ABSENT = 10
+
 ReportSection = Callable[[Score], Sequence[str]]
 """A block of the text report: lines computed from a :class:`Score` (no lines: no block)."""
 
@@ -113,8 +163,18 @@ def summary_line(name: str, value: object) -> str:
     return f"{name:<12} {value}"
 
 
-def per_class_table(score: Score) -> List[str]:
-    """The ``--per-class`` block: per-class lwlrap, weight and count, worst first (``-`` without positive).
+def _ranked_title(score: Score, top: Optional[int]) -> str:
+    if top is None:
+        return "per-class lwlrap, worst first"
+    shown = len(score.ranked(top))
+    scored = len(score.classes) - len(score.without_positive())
+    which = "worst" if top > 0 else "best"
+    return f"per-class lwlrap, the {shown} {which} of {scored} classes with a positive label, {which} first"
+
+
+def per_class_table(score: Score, top: Optional[int] = None) -> List[str]:
+    """The ``--per-class`` block: per-class lwlrap, weight and count, worst first (``-`` without positive); with
+    ``top``, only the classes :meth:`Score.ranked` picks.
 
     Example:
         >>> score = Score(0.75, 0.8, 2, 3, ["a", "b"], [0.75, float("nan")], [1.0, 0.0], [3, 0], "wide")
@@ -124,13 +184,14 @@ def per_class_table(score: Score) -> List[str]:
         a      0.750000  1.000000       3
         b             -  0.000000       0
     """
-    width = max([len("class")] + [len(name) for name in score.classes])
+    order = score.ranked(top)
+    width = max([len("class")] + [len(score.classes[i]) for i in order])
     ci = score.extra.get("ci")
     header = f"{'class':<{width}}  {'lwlrap':>8}  {'weight':>8}  {'count':>6}"
     if ci:
         header += f"  {_level_name(ci['level']) + ' interval':>20}"
-    lines = ["per-class lwlrap, worst first:", header]
-    for i in score.worst_first():
+    lines = [_ranked_title(score, top) + ":", header]
+    for i in order:
         value = "-" if math.isnan(score.per_class[i]) else f"{score.per_class[i]:.6f}"
         line = f"{score.classes[i]:<{width}}  {value:>8}  {score.weights[i]:>8.6f}  {score.counts[i]:>6}"
         if ci:
@@ -163,6 +224,7 @@ def format_report(
     pred_path: str,
     *,
     per_class: bool = False,
+    top: Optional[int] = None,
     sections: Sequence[ReportSection] = (),
 ) -> str:
     """The plain-text report printed by ``torch-lwlrap score``.
@@ -172,6 +234,7 @@ def format_report(
         truth_path: the truth file, as named on the command line.
         pred_path: the prediction file, as named on the command line.
         per_class: add the :func:`per_class_table` block.
+        top: limit that block to the ``top`` worst classes (``top < 0``: the ``-top`` best); implies ``per_class``.
         sections: more blocks, in order, each after a blank line; a section that returns no lines adds nothing.
 
     Example:
@@ -180,7 +243,7 @@ def format_report(
         truth        t.csv (wide 0/1 table)
         predictions  p.csv
         samples      2
-        classes      2
+        classes      2 (1 without a positive label: b)
         labels       3 positive
         lwlrap       0.750000
         LRAP         0.800000
@@ -193,16 +256,30 @@ def format_report(
         best  a
     """
     layout = "challenge layout: fname,labels" if score.truth_layout == "challenge" else "wide 0/1 table"
-    lines = [
-        summary_line("truth", f"{truth_path} ({layout})"),
-        summary_line("predictions", pred_path),
+    if score.metadata_columns:
+        layout += "; not scored: " + ", ".join(score.metadata_columns)
+    lines = [summary_line("truth", f"{truth_path} ({layout})")]
+    if score.where:
+        conditions = " and ".join(f"{column}={value}" for column, value in score.where)
+        lines.append(summary_line("where", f"{conditions}: {score.num_samples} of {score.truth_rows} truth rows"))
+    ignored = f" ({score.ignored_pred_rows} rows outside the selection ignored)" if score.ignored_pred_rows else ""
+    lines.append(summary_line("predictions", pred_path + ignored))
+    if score.vocabulary is not None:
+        lines.append(summary_line("vocabulary", f"{score.vocabulary} (every class, no other)"))
+    classes = str(len(score.classes))
+    absent = score.without_positive()
+    if absent:
+        names = ": " + ", ".join(absent) if len(absent) <= _NAMED_ABSENT else ", listed by --json"
+        classes += f" ({len(absent)} without a positive label{names})"
+    lines += [
         summary_line("samples", score.num_samples),
-        summary_line("classes", len(score.classes)),
+        summary_line("classes", classes),
         summary_line("labels", f"{score.num_labels} positive"),
         summary_line("lwlrap", f"{score.lwlrap:.6f}" + _interval_note(score)),
         summary_line("LRAP", f"{score.lrap:.6f}"),
     ]
-    blocks = ([per_class_table] if per_class else []) + list(sections)
+    table = functools.partial(per_class_table, top=top)
+    blocks = ([table] if per_class or top is not None else []) + list(sections)
     for section in blocks:
         block = list(section(score))
         if block:
@@ -217,28 +294,55 @@ def _interval_note(score: Score) -> str:
     return f"  {_level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
 
 
-def write_plot(score: Score, path: str) -> None:
-    """Write the per-class bar chart, worst first, to ``path`` (needs matplotlib); CsvFormatError if it cannot."""
+# Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527
+# classes is about 3,300 x 1,800 pixels rather than one column 16,000 pixels high.
+_BARS_PER_PANEL = 110
+
+
+def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
+    """Write the per-class bar chart, worst first (the classes of :meth:`Score.ranked`), to ``path`` (needs
+    matplotlib); :class:`CsvFormatError` if it cannot be written."""
     import torch
 
-    from torch_lwlrap.plot import plot_per_class
+    from torch_lwlrap.plot import _pyplot, plot_per_class
 
-    order = score.worst_first()
-    fig, _ = plot_per_class(
-        torch.tensor([score.per_class[i] for i in order], dtype=torch.float64),
-        torch.tensor([score.weights[i] for i in order], dtype=torch.float64),
-        class_names=[score.classes[i] for i in order],
-        title=f"per-class lwlrap (overall {score.lwlrap:.4f}), worst first",
-    )
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
+    order = score.ranked(top)
+    if top is None:
+        title = f"per-class lwlrap (overall {score.lwlrap:.4f}), worst first"
+    else:
+        which = "worst" if top > 0 else "best"
+        scored = len(score.classes) - len(score.without_positive())
+        title = f"per-class lwlrap: the {len(order)} {which} of {scored} classes\n(overall lwlrap {score.lwlrap:.4f})"
+    panels = max(1, math.ceil(len(order) / _BARS_PER_PANEL))
+    if panels == 1:
+        fig, axes = None, [None]
+    else:
+        rows = math.ceil(len(order) / panels)
+        fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 0.16 * rows + 1.2), squeeze=False)
+        axes = list(axes[0])
+        fig.suptitle(title)
     try:
+        for panel, ax in enumerate(axes):
+            chosen = order[panel * len(order) // panels : (panel + 1) * len(order) // panels]
+            fig, ax = plot_per_class(
+                torch.tensor([score.per_class[i] for i in chosen], dtype=torch.float64),
+                torch.tensor([score.weights[i] for i in chosen], dtype=torch.float64),
+                class_names=[score.classes[i] for i in chosen],
+                ax=ax,
+                title=title if panels == 1 else None,
+            )
+            ax.set_ylim(len(chosen) - 0.5, -0.5)  # no blank margin above the first bar and below the last
+            if panels > 1:
+                ax.tick_params(axis="y", labelsize=8)
+        fig.tight_layout()
         fig.savefig(path, dpi=100)
     except (OSError, ValueError) as err:
         message = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise CsvFormatError(f"cannot write the plot to {path!r}: {message}.") from None
     finally:
-        plt.close(fig)
+        if fig is not None:
+            plt.close(fig)
 
 
 def print_output(text: str) -> None:

@@ -80,7 +80,7 @@ def compare_files(
     truth = read_truth(truth_path)
     pred_a = read_predictions(a_path)
     pred_b = read_predictions(b_path)
-    target_np = align(truth, pred_a)
+    target_np, _ = align(truth, pred_a)  # every row of A: no truth row is left out here
     if target_np.sum() == 0:
         raise CsvFormatError(f"truth file {truth.path!r} has no positive label at all: lwlrap is undefined.")
     scores_b = _reorder(pred_b, pred_a)

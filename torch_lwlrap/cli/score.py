@@ -9,34 +9,58 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from torch_lwlrap.cli._files import CommandError, CsvFormatError, align, read_predictions, read_truth
+from torch_lwlrap.cli._files import (
+    CommandError,
+    CsvFormatError,
+    align,
+    check_vocabulary,
+    read_classes,
+    read_predictions,
+    read_truth,
+    select_rows,
+)
 from torch_lwlrap.cli._report import Score, check_bootstrap_args, format_report, print_output, write_plot
 
 __all__ = ["add_parser", "run", "score_files"]
 
 
 def score_files(
-    truth_path: str, pred_path: str, *, ties: str = "max", num_bootstrap: int = 0, level: float = 0.95, seed: int = 0
+    truth_path: str,
+    pred_path: str,
+    *,
+    ties: str = "max",
+    where: Sequence[Tuple[str, str]] = (),
+    classes_path: Optional[str] = None,
+    num_bootstrap: int = 0,
+    level: float = 0.95,
+    seed: int = 0,
 ) -> Score:
     """Read a truth and a submission CSV, match rows by ``fname`` and classes by name, and score them.
 
     Args:
-        truth_path: ground truth, challenge layout (``fname,labels``) or wide 0/1 table.
+        truth_path: ground truth, challenge layout (``fname,labels[,metadata...]``) or wide 0/1 table.
         pred_path: submission, ``fname,<class>,...`` with scores.
         ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule) or ``"index"`` (tied scores are
             ordered by the prediction file's column order, leftmost first).
         num_bootstrap: with ``B > 0``, bootstrap percentile intervals of lwlrap, overall and per class, at
             ``level`` (seeded with ``seed``), in ``Score.extra["ci"]``.
+        where: ``(column, value)`` conditions on the truth's metadata columns, all of which a truth row must meet
+            to be scored (``[("usage", "Public")]``); prediction rows of the other truth rows are left out.
+        classes_path: a vocabulary file (:func:`read_classes`): the prediction's columns must be its classes.
 
     Returns:
         A :class:`Score`; classes are listed in the prediction file's column order.
 
     Raises:
         CsvFormatError: a bad file (see :func:`read_truth`, :func:`read_predictions`), an fname in one file but
-            not the other, a truth class that is not a prediction column, or a truth without any positive label.
+            not the other (outside the rows ``where`` leaves out), a truth class that is not a prediction column,
+            or a truth without any positive label.
+        CommandError: a ``where`` condition that names no metadata column or selects no row; a prediction
+            column outside the vocabulary of ``classes_path``, or a vocabulary class without a column.
 
     Example:
         >>> import os, tempfile
@@ -51,19 +75,26 @@ def score_files(
         >>> [round(value, 4) for value in score.per_class]
         [0.6667, 1.0, 0.75]
     """
+    all_truth = read_truth(truth_path)
+    pred = read_predictions(pred_path)
+    truth = select_rows(all_truth, where)
+    if classes_path is not None:
+        check_vocabulary(read_classes(classes_path), classes_path, truth, pred)
+    unselected = set(all_truth.fnames).difference(truth.fnames) if where else set()
+    target_np, kept_rows = align(truth, pred, unselected=unselected)
+    counts = target_np.sum(axis=0, dtype=np.int64)
+    if counts.sum() == 0:
+        rows = "the truth rows selected by " + " ".join(f"--where {c}={v}" for c, v in where) if where else "it"
+        raise CsvFormatError(
+            f"truth file {truth.path!r} has no positive label at all ({rows}): lwlrap is undefined without one."
+        )
+    scores = pred.scores if len(kept_rows) == len(pred.fnames) else pred.scores[kept_rows]
+    # torch only now: a bad file is reported without waiting for it.
     import torch
 
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
 
-    truth = read_truth(truth_path)
-    pred = read_predictions(pred_path)
-    target_np = align(truth, pred)
-    counts = target_np.sum(axis=0, dtype=np.int64)
-    if counts.sum() == 0:
-        raise CsvFormatError(
-            f"truth file {truth.path!r} has no positive label at all: lwlrap is undefined without one."
-        )
-    preds = torch.from_numpy(pred.scores)  # float64
+    preds = torch.from_numpy(scores)  # float64
     target = torch.from_numpy(target_np)
     per_class, weights = multilabel_lwlrap_per_class(preds, target, ties=ties)
     lwlrap = multilabel_lwlrap(preds, target, ties=ties)
@@ -88,7 +119,7 @@ def score_files(
     return Score(
         lwlrap=float(lwlrap),
         lrap=float(lrap),
-        num_samples=len(pred.fnames),
+        num_samples=len(kept_rows),
         num_labels=int(counts.sum()),
         classes=list(pred.classes),
         per_class=[float(value) for value in per_class.tolist()],
@@ -96,6 +127,11 @@ def score_files(
         counts=[int(value) for value in counts.tolist()],
         truth_layout=truth.layout,
         extra=extra,
+        metadata_columns=list(truth.metadata),
+        where=list(where),
+        truth_rows=len(all_truth.fnames),
+        ignored_pred_rows=len(pred.fnames) - len(kept_rows),
+        vocabulary=classes_path,
     )
 
 
@@ -106,7 +142,8 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="score a submission CSV against a ground-truth CSV",
         description="Score a Kaggle-format submission against the ground truth: prints lwlrap (label-weighted "
         "label-ranking average precision) and LRAP. Rows are matched by fname and classes by column name, both "
-        "in any order; every fname must be in both files.",
+        "in any order; every fname must be in both files (with --where, every selected one). Truth columns "
+        "besides fname and labels are metadata: not scored, named in the report.",
         epilog="Exit status: 0 on success, 2 on a bad file or bad arguments (one line on stderr).",
     )
     parser.add_argument(
@@ -153,8 +190,51 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="tied scores: 'max' shares the lowest rank (scikit-learn's rule, default); 'index' orders them by "
         "the prediction file's column order, leftmost first",
     )
+    parser.add_argument(
+        "--where",
+        metavar="COLUMN=VALUE",
+        action="append",
+        type=_condition,
+        default=[],
+        help="score only the truth rows whose metadata column COLUMN holds VALUE (exactly), e.g. usage=Public for "
+        "a public-leaderboard submission; repeat it to require several; prediction rows of the other truth rows "
+        "are left out and counted in the report. Without it, every fname must be in both files",
+    )
+    parser.add_argument(
+        "--classes",
+        metavar="FILE",
+        dest="classes_path",
+        help="the class vocabulary: one class name a line, or the challenge's vocabulary CSV 'index,label[,mid]'; "
+        "then the prediction columns must be exactly these classes (in any order)",
+    )
+    parser.add_argument(
+        "--top",
+        metavar="K",
+        type=_top,
+        help="show only the K worst classes in the per-class table and the plot (-K: the K best); implies "
+        "--per-class",
+    )
     parser.set_defaults(run=run)
     return parser
+
+
+def _condition(text: str) -> Tuple[str, str]:
+    column, equals, value = text.partition("=")
+    if not equals or not column.strip():
+        raise argparse.ArgumentTypeError(f"expected COLUMN=VALUE, such as usage=Public, but got {text!r}")
+    return column.strip(), value.strip()
+
+
+def _top(text: str) -> int:
+    try:
+        top = int(text)
+    except ValueError:
+        top = 0
+    if top == 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a non-zero whole number (10: the 10 worst classes, -10: the 10 best), but got {text!r}"
+        )
+    return top
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,15 +249,16 @@ def run(args: argparse.Namespace) -> int:
 
     num_bootstrap = 0 if args.ci is None else check_bootstrap_args(args.ci, args.level, "--ci")
     score = score_files(
-        args.truth, args.pred, ties=args.ties, num_bootstrap=num_bootstrap, level=args.level, seed=args.seed
+        args.truth, args.pred, ties=args.ties, where=args.where, classes_path=args.classes_path,
+        num_bootstrap=num_bootstrap, level=args.level, seed=args.seed,
     )
     if args.plot:
-        write_plot(score, args.plot)
+        write_plot(score, args.plot, top=args.top)
 
     if args.json:
         text = json.dumps(score.to_dict())
     else:
-        text = format_report(score, args.truth, args.pred, per_class=args.per_class)
+        text = format_report(score, args.truth, args.pred, per_class=args.per_class, top=args.top)
         if args.plot:
             text += f"\n\nper-class chart written to {args.plot}"
     print_output(text)
