@@ -120,7 +120,21 @@ def test_size_arguments_are_checked():
         parse_sizes("10x8:1.5")
 
 
-@pytest.mark.parametrize("module", ["benchmarks.run", "benchmarks.crossover"])
+@pytest.mark.slow
+def test_latency_benchmark_runs_each_case_in_a_fresh_process(tmp_path):
+    # A smoke run (no time asserted): every case reports its statistics, in order, and the table is written.
+    run_module("benchmarks.latency", "--quick", "--loads", "idle", "--paths", "numba,torch", tmp_path=tmp_path)
+    report = json.loads((tmp_path / "latency.json").read_text())
+    cases = {(r["path"], r["threading"], r["rows"], r["classes"]) for r in report["records"]}
+    assert len(cases) == len(report["records"]) == 2 * 2 * 2
+    for record in report["records"]:
+        assert record["calls"] >= 5
+        assert 0 < record["p50"] <= record["p90"] <= record["p99"]
+        assert record["torch_threads"] == 1 if record["threading"] == "one" else record["torch_threads"] >= 1
+    assert "| 2048 x 527 | numba |" in (tmp_path / "latency.md").read_text()
+
+
+@pytest.mark.parametrize("module", ["benchmarks.run", "benchmarks.crossover", "benchmarks.latency"])
 def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
     # Without --out a run must never overwrite the committed results in benchmarks/results.
     import argparse

@@ -3,24 +3,55 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from torch_lwlrap._ranking import EngineFallbackWarning
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
     from torch_lwlrap.intervals import Comparison, Interval, compare_lwlrap, multilabel_lrap_ci, multilabel_lwlrap_ci
+    from torch_lwlrap.ranking_functional import (
+        multilabel_coverage_error,
+        multilabel_one_error,
+        multilabel_ranking_loss,
+        multilabel_retrieval_at_k,
+    )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Comparison",
     "Interval",
+    "EngineFallbackWarning",
+    "MultilabelCoverageError",
     "MultilabelLRAP",
     "MultilabelLWLRAP",
+    "MultilabelOneError",
+    "MultilabelRankingLoss",
+    "MultilabelRankingMetrics",
+    "MultilabelRetrievalAtK",
     "__version__",
     "compare_lwlrap",
+    "multilabel_coverage_error",
     "multilabel_lrap",
     "multilabel_lrap_ci",
     "multilabel_lwlrap",
     "multilabel_lwlrap_ci",
     "multilabel_lwlrap_per_class",
+    "multilabel_one_error",
+    "multilabel_ranking_loss",
+    "multilabel_retrieval_at_k",
 ]
+
+_RANKING_FUNCTIONS = (
+    "multilabel_coverage_error",
+    "multilabel_one_error",
+    "multilabel_ranking_loss",
+    "multilabel_retrieval_at_k",
+)
+_RANKING_CLASSES = (
+    "MultilabelCoverageError",
+    "MultilabelOneError",
+    "MultilabelRankingLoss",
+    "MultilabelRankingMetrics",
+    "MultilabelRetrievalAtK",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -34,8 +65,20 @@ def __getattr__(name: str) -> Any:
         from torch_lwlrap import intervals
 
         return getattr(intervals, name)
+    if name == "EngineFallbackWarning":
+        from torch_lwlrap import _ranking
+
+        return _ranking.EngineFallbackWarning
+    if name in _RANKING_FUNCTIONS:
+        from torch_lwlrap import ranking_functional
+
+        return getattr(ranking_functional, name)
     if name in ("MultilabelLWLRAP", "MultilabelLRAP"):
         from torch_lwlrap import metrics
 
         return getattr(metrics, name)
+    if name in _RANKING_CLASSES:
+        from torch_lwlrap import ranking_metrics
+
+        return getattr(ranking_metrics, name)
     raise AttributeError(f"module 'torch_lwlrap' has no attribute {name!r}")

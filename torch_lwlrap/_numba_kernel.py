@@ -27,13 +27,32 @@ value checks and masks about 5 ms instead of about 40.
 
 Scores are compared in their own precision: float16 and bfloat16 rows are widened to float32 (exact, so order and
 ties are kept) a chunk at a time, float32 and float64 are read in place. The first call compiles the kernel (a few
-seconds; cached on disk by numba afterwards). numba uses as many threads as ``torch.get_num_threads()``.
+seconds; cached on disk by numba afterwards).
+
+Threads, processes and forks. Every parallel kernel is compiled twice: a parallel variant (``prange`` spread over
+numba's threads) and a serial one (``prange`` runs as ``range``; numba's threading layer is not touched). A call
+takes the serial variant, and enters no parallel region, when
+
+* the batch is small: fewer than :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores per thread (waking threads costs
+  more than it saves on small batches, and far more when other processes keep the cores busy); the threads used are
+  never more than ``torch.get_num_threads()``, nor than the cores no other task is running on at the time of the
+  call (:func:`_idle_cores`: with data-loader workers keeping every core busy, a batch of any size runs serial);
+* another Python thread is inside a parallel region of this module (a lock taken without waiting): numba's
+  ``workqueue`` layer aborts the process on concurrent use, and the other layers gain nothing from sharing the
+  cores;
+* the process is a child forked after numba's threads started in its parent (detected with
+  ``os.register_at_fork``): GNU OpenMP kills such a child when it enters a parallel region.
+
+Both variants compute the same sums in the same order, so the results do not depend on the variant.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+import os
+import threading
+import types
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -56,6 +75,102 @@ SORT_POSITIVES_PER_LOG2 = 160
 
 #: Scores converted per chunk when the input must be widened or made contiguous first.
 CHUNK_ELEMENTS = 1 << 22
+
+#: Scores (or target values) per thread below which a pass uses fewer threads, down to the serial variant: at
+#: ``N * C`` below twice this, no parallel region is entered (``benchmarks/latency.py``).
+PARALLEL_MIN_SCORES_PER_THREAD = 1 << 18
+
+#: Held by the thread inside a parallel region of this module; others run the serial variants meanwhile.
+_parallel_lock = threading.Lock()
+
+#: True in a child forked after numba's threads started in its parent: only serial variants run there.
+_serial_only = False
+
+
+def _threads_started() -> bool:
+    """Whether numba's threading layer has been launched in this process (True when it cannot be told)."""
+    try:
+        from numba.np.ufunc import parallel
+
+        return bool(parallel._is_initialized)
+    except Exception:  # pragma: no cover - numba internals moved
+        return True
+
+
+def _after_fork_in_child() -> None:
+    global _serial_only, _parallel_lock
+    _parallel_lock = threading.Lock()  # a lock held by another thread at the fork would stay held in the child
+    if numba is not None and _threads_started():
+        _serial_only = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def threads_for(scores: int) -> int:
+    """The threads a pass over ``scores`` scores uses: 1 (the serial variant) in a forked child or for small batches,
+    else up to ``torch.get_num_threads()``, one per :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores.
+
+    Example:
+        >>> threads_for(32 * 527)
+        1
+    """
+    if _serial_only or numba is None:
+        return 1
+    limit = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, scores // PARALLEL_MIN_SCORES_PER_THREAD)
+    if limit < 2:
+        return 1
+    return max(1, min(limit, _idle_cores()))
+
+
+#: Linux's load file: its fourth field is ``running/total`` tasks.
+_LOADAVG = "/proc/loadavg"
+
+
+def _idle_cores() -> int:
+    """Cores this process may use that no other task is running on right now: the running count of
+    ``/proc/loadavg`` (which includes the calling thread) taken from the cores of ``os.sched_getaffinity``.
+
+    A parallel region on cores other processes keep busy waits for its slowest thread, and GNU OpenMP's threads spin
+    while they wait: 2048 x 527 took 68 to 87 ms per ``update`` on 2 busy cores with 2 threads, 12 ms with one.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open(_LOADAVG, "rb") as loadavg:
+            running = int(loadavg.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):  # not Linux: assume the cores are free
+        return cores
+    return cores - running + 1
+
+
+def _run(kernel, scores: int, *args):
+    """Run a kernel compiled with :func:`_parallel_and_serial` on a pass over ``scores`` scores."""
+    threads = threads_for(scores)
+    if threads > 1 and _parallel_lock.acquire(blocking=False):
+        try:
+            if numba.get_num_threads() != threads:  # per Python thread in numba
+                numba.set_num_threads(threads)
+            return kernel.parallel(*args)
+        finally:
+            _parallel_lock.release()
+    return kernel.serial(*args)
+
+
+class _ParallelAndSerial(NamedTuple):
+    parallel: object  #: ``prange`` spread over numba's threads
+    serial: object  #: ``prange`` as ``range``: numba's threading layer is not touched
+
+
+def _parallel_and_serial(func) -> _ParallelAndSerial:
+    """Compile ``func`` twice (see the module's docstring); the serial copy is renamed so that numba's on-disk
+    cache keeps the two apart."""
+    serial = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "_serial", func.__defaults__)
+    serial.__qualname__ = func.__qualname__ + "_serial"
+    serial.__doc__ = func.__doc__
+    return _ParallelAndSerial(
+        njit(parallel=True, cache=True, nogil=True)(func), njit(cache=True, nogil=True)(serial)
+    )
 
 
 
@@ -82,12 +197,6 @@ def sort_min_positives(num_classes: int) -> int:
         (1446, 2126)
     """
     return int(SORT_POSITIVES_PER_LOG2 * math.log2(max(num_classes, 2)))
-
-
-def _use_torch_threads() -> None:
-    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != threads:
-        numba.set_num_threads(threads)
 
 
 #: Target dtypes whose value check and masks :func:`target_is_bad` and :func:`target_masks` compute (a bool target
@@ -119,9 +228,8 @@ def target_is_bad(target: Tensor, ignore_index: Optional[int]) -> bool:
         >>> target_is_bad(torch.tensor([[0.0, 1.0], [1.0, -1.0]]), ignore_index=None)
         True
     """
-    _use_torch_threads()
     array, ignore = _target_array(target, ignore_index)
-    return bool(_count_bad_rows(array, ignore, ignore_index is not None))
+    return bool(_run(_count_bad_rows, array.size, array, ignore, ignore_index is not None))
 
 
 def target_masks(target: Tensor, ignore_index: Optional[int]):
@@ -134,12 +242,11 @@ def target_masks(target: Tensor, ignore_index: Optional[int]):
         >>> positive.tolist(), known.tolist()
         ([[False, True], [True, False]], [[True, True], [True, False]])
     """
-    _use_torch_threads()
     array, ignore = _target_array(target, ignore_index)
     positive = torch.empty(target.shape, dtype=torch.bool)
     has_known = ignore_index is not None
     known = torch.empty(target.shape if has_known else (1, 1), dtype=torch.bool)
-    _fill_masks(array, ignore, has_known, positive.numpy(), known.numpy())
+    _run(_fill_masks, array.size, array, ignore, has_known, positive.numpy(), known.numpy())
     return positive, (known if has_known else None)
 
 
@@ -207,7 +314,6 @@ def ranking_sums_numba(
     if num_samples == 0 or num_classes == 0:
         return False
     sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
-    _use_torch_threads()
 
     native = preds.dtype in (torch.float32, torch.float64)
     in_place = native and known is None and preds.is_contiguous() and positive.is_contiguous()
@@ -229,7 +335,9 @@ def ranking_sums_numba(
         class_sums = np.zeros((blocks, num_classes), dtype=np.float64)
         class_counts = np.zeros((blocks, num_classes), dtype=np.int64)
         nan_flags = np.zeros(blocks, dtype=np.uint8)
-        _rank_rows(
+        _run(
+            _rank_rows,
+            (stop - start) * num_classes,
             scores.numpy(),
             positive_bytes,
             positive_words,
@@ -255,7 +363,7 @@ def ranking_sums_numba(
 
 if numba is not None:
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @_parallel_and_serial
     def _count_bad_rows(target, ignore, has_ignore):
         """Rows of ``target`` with a value other than 0, 1 and (with ``has_ignore``) ``ignore``."""
         bad_rows = 0
@@ -270,7 +378,7 @@ if numba is not None:
             bad_rows += bad
         return bad_rows
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @_parallel_and_serial
     def _fill_masks(target, ignore, has_known, positive, known):
         """``positive = target == 1`` and, with ``has_known``, ``known = target != ignore``."""
         for i in prange(target.shape[0]):
@@ -413,7 +521,7 @@ if numba is not None:
             word += 1
         return _columns_in(flags, head + 8 * stop_word, row_stop, row_start, columns, found)
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @_parallel_and_serial
     def _rank_rows(
         scores,
         positive_bytes,
@@ -520,7 +628,6 @@ def label_counts_numba(
         raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
     num_samples, num_classes = preds.shape
     sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
-    _use_torch_threads()
     scores = preds if preds.dtype in (torch.float32, torch.float64) else preds.to(torch.float32)
     scores = scores.contiguous()
     positives = positive.contiguous()
@@ -532,7 +639,7 @@ def label_counts_numba(
     per_row = np.zeros(num_samples, dtype=np.int64)
     known_count = torch.empty(num_samples, dtype=torch.int64)
     args = (positive_bytes, positive_words, head, knowns, known is not None, num_classes, block_rows)
-    _count_positives(*args, per_row, known_count.numpy())
+    _run(_count_positives, num_samples * num_classes, *args, per_row, known_count.numpy())
     offsets = np.zeros(num_samples + 1, dtype=np.int64)
     np.cumsum(per_row, out=offsets[1:])
     total = int(offsets[-1])
@@ -541,8 +648,8 @@ def label_counts_numba(
     fields = [torch.empty(total, dtype=torch.int32) for _ in range(6)]
     nan_flags = np.zeros(blocks, dtype=np.uint8)
     if num_samples and num_classes:
-        _count_rows(
-            scores.numpy(), *args, sort_above, offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
+        _run(
+            _count_rows, num_samples * num_classes, scores.numpy(), *args, sort_above, offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
             check_nan, nan_flags,
         )
     counts = LabelCounts(torch.ones(total, dtype=torch.bool), *fields)
@@ -564,7 +671,7 @@ if numba is not None:
                 kept += 1
         return kept
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @_parallel_and_serial
     def _count_positives(flags, words, head, known, has_known, num_classes, block_rows, per_row, known_count):
         """Known positives and known labels of each row."""
         num_samples = per_row.shape[0]
@@ -651,7 +758,7 @@ if numba is not None:
             slot_of_column[q] = q
         _sorted_counts(values, num_positives, slot_of_column, at, above_positive, tied_positive, positive_before)
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @_parallel_and_serial
     def _count_rows(
         scores,
         flags,

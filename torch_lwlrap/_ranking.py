@@ -25,6 +25,11 @@ the CPU, Triton for CUDA); otherwise it picks ``"sort"`` or ``"count"`` per batc
 (see :data:`COUNT_MAX_DENSITY`) and ``"sort"`` elsewhere (its choice needs no host-device sync). The torch paths
 process rows in chunks of about :data:`CHUNK_ELEMENTS` scores, so the workspace is bounded whatever the batch size.
 
+The path is chosen when ranking: by :func:`use_engine` in the calling thread or context, else by the environment
+variable ``TORCH_LWLRAP_ENGINE`` (one of :data:`ENGINES`), else ``"auto"``. If launching the Triton kernel raises
+(a compile error, too few GPU resources, a Triton or driver mismatch), the batch is ranked again on the torch path,
+an :class:`EngineFallbackWarning` says why (once per process), and CUDA batches take the torch path from then on.
+
 Per-positive counts
 -------------------
 :func:`label_counts_chunks` hands back, for each positive label, the counts every tie rule and ranking statistic is
@@ -39,8 +44,13 @@ positive, or a sort for rows with very many positives); elsewhere, and without n
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import math
+import os
+import sys
+import threading
+import warnings
 from typing import Iterator, NamedTuple, Optional, Tuple
 
 import torch
@@ -61,8 +71,13 @@ CHUNK_ELEMENTS = 1 << 21
 #: lies between 6 and 15 for C from 80 to 10,000.
 COUNT_MAX_DENSITY = 8.0
 
-_engine = "auto"
-_chunk_elements: Optional[int] = None
+#: Environment variable that selects the engine path without code changes (read when ranking).
+ENGINE_VARIABLE = "TORCH_LWLRAP_ENGINE"
+
+#: ``(engine, chunk_elements)`` forced by :func:`use_engine` in this thread or context; None: not forced.
+_forced: contextvars.ContextVar[Optional[Tuple[str, Optional[int]]]] = contextvars.ContextVar(
+    "torch_lwlrap_engine", default=None
+)
 
 
 class RankingSums(NamedTuple):
@@ -88,8 +103,27 @@ class RankingSums(NamedTuple):
 
 
 def get_engine() -> str:
-    """The engine in use: ``"auto"`` (the default) or a forced path (see :data:`ENGINES`)."""
-    return _engine
+    """The engine in use: the path forced by :func:`use_engine` in this thread or context, else the value of the
+    environment variable ``TORCH_LWLRAP_ENGINE``, else ``"auto"`` (see :data:`ENGINES`).
+
+    Example:
+        >>> with use_engine("sort"):
+        ...     get_engine()
+        'sort'
+    """
+    forced = _forced.get()
+    if forced is not None:
+        return forced[0]
+    value = os.environ.get(ENGINE_VARIABLE)
+    if value is None:
+        return "auto"
+    engine = value.strip().lower() or "auto"
+    if engine not in ENGINES:
+        raise ValueError(
+            f"Environment variable {ENGINE_VARIABLE} must be one of {', '.join(ENGINES)}, but got {value!r}. "
+            f"Set it to one of these (or unset it for auto)."
+        )
+    return engine
 
 
 @contextlib.contextmanager
@@ -100,23 +134,24 @@ def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[No
     and ranked in (:func:`torch_lwlrap._checks.formatted_chunks`) and in the torch paths' workspace.
 
     Every path gives the same result up to float64 rounding; only the speed differs.
+
+    The override holds in the calling thread (or ``contextvars`` context) only: other threads keep their own.
     """
-    global _engine, _chunk_elements
     if engine not in ENGINES:
         raise ValueError(f"Argument `engine` must be one of {ENGINES}, but got {engine!r}.")
     if chunk_elements is not None and chunk_elements < 1:
         raise ValueError(f"Argument `chunk_elements` must be positive, but got {chunk_elements!r}.")
-    saved = _engine, _chunk_elements
-    _engine, _chunk_elements = engine, chunk_elements
+    token = _forced.set((engine, chunk_elements))
     try:
         yield
     finally:
-        _engine, _chunk_elements = saved
+        _forced.reset(token)
 
 
 def forced_chunk_elements() -> Optional[int]:
     """The chunk size forced by :func:`use_engine`, or None for the defaults."""
-    return _chunk_elements
+    forced = _forced.get()
+    return None if forced is None else forced[1]
 
 
 def choose_engine(num_samples: int, num_classes: int, num_positives: int) -> str:
@@ -131,6 +166,76 @@ class ScoresContainNaN(ValueError):
     """Raised by :func:`ranking_sums` with ``check_nan=True`` when a score is NaN."""
 
 
+class EngineFallbackWarning(RuntimeWarning):
+    """A compiled engine path failed or cannot run, and the batch was ranked on a torch path instead.
+
+    The values stay exact (every path computes the same counts); only the speed differs. Issued once per process
+    and cause.
+    """
+
+
+#: The exception that made the Triton kernel fail in this process (then CUDA batches take the torch path), or None.
+_triton_failure: Optional[BaseException] = None
+_warned: set = set()
+_warn_lock = threading.Lock()
+
+
+def _warn_once(key, message: str) -> None:
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    # Point at the user's line: the first frame outside this package, torchmetrics and torch.
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_MODULES:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, EngineFallbackWarning, stacklevel=level)
+
+
+_LIBRARY_MODULES = ("torch_lwlrap", "torchmetrics", "torch", "contextlib")
+
+
+def _triton_failed(error: Exception, device: torch.device) -> None:
+    global _triton_failure
+    _triton_failure = error
+    _warn_once(
+        "triton-failed",
+        f"torch_lwlrap: the Triton kernel failed on {device} ({type(error).__name__}: {error}). Ranking with the "
+        f"torch sort path from now on in this process: the values stay exact, but ranking is slower. To fix it, "
+        f"install the Triton version your PyTorch build was made with (`pip install torch-lwlrap[gpu]` next to a "
+        f"matching torch) and an up-to-date GPU driver, or set {ENGINE_VARIABLE}=sort to choose the torch path "
+        f"and silence this warning.",
+    )
+
+
+def _warn_unavailable(engine: str, device: torch.device) -> None:
+    """Warn (once per cause) that a compiled path cannot rank these tensors where one was expected: the path was
+    forced (``TORCH_LWLRAP_ENGINE`` or :func:`use_engine`), or ``"auto"`` meets a Triton that fails to import."""
+    if engine == "numba":
+        from torch_lwlrap import _numba_kernel
+
+        if _numba_kernel.numba is not None or device.type != "cpu":
+            return  # "numba" forced for other devices ranks them on the torch path, as documented
+        reason, fix = "numba is not installed", "install it with `pip install torch-lwlrap[cpu]`"
+    else:  # "triton", or "auto" on a device other than the CPU
+        from torch_lwlrap import _triton_kernel
+
+        if device.type not in _triton_kernel.GPU_DEVICE_TYPES:
+            return  # "triton" forced for CPU tensors ranks them on the torch path, as documented
+        reason = _triton_kernel.unavailable_reason(device)
+        if reason is None or (engine == "auto" and _triton_kernel._IMPORT_ERROR is None):
+            return  # auto without Triton, or on a GPU older than Volta: the torch path, as documented
+        if _triton_kernel.triton is None:
+            fix = "install a Triton that matches your PyTorch with `pip install torch-lwlrap[gpu]`"
+        else:
+            fix = f"set {ENGINE_VARIABLE}=auto (or unset it), which takes the torch path on this GPU silently"
+    _warn_once(
+        ("unavailable", engine, reason),
+        f"torch_lwlrap: the {engine} engine cannot rank {device} tensors: {reason}. Ranking with a torch path "
+        f"instead (exact, slower); to fix it, {fix}.",
+    )
+
+
 def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether scores of ``dtype`` on ``device`` are ranked by the numba path.
 
@@ -138,7 +243,7 @@ def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     the scores instead of reading them once more (that costs as much as the ranking itself on the CPU), and the
     target is checked and turned into masks by the path's compiled helpers.
     """
-    return _compiled_path(_engine, device, dtype)[0] == "numba"
+    return _compiled_path(get_engine(), device, dtype)[0] == "numba"
 
 
 def ranking_sums(
@@ -156,8 +261,10 @@ def ranking_sums(
     """
     num_samples, num_classes = preds.shape
     device = preds.device
-    engine = _engine
+    engine = get_engine()
     name, kernel = _compiled_path(engine, device, preds.dtype)
+    if name is None and (engine in ("numba", "triton") or (engine == "auto" and device.type not in ("cpu", "meta"))):
+        _warn_unavailable(engine, device)
     if check_nan and name != "numba" and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
         raise ScoresContainNaN("`preds` contains NaN.")
     if kernel is not None:
@@ -166,9 +273,14 @@ def ranking_sums(
         if name == "numba":
             if kernel(preds, positive, known, *sums, ties=ties, check_nan=check_nan):
                 raise ScoresContainNaN("`preds` contains NaN.")
-        elif num_samples:
+            return sums
+        if not num_samples:
+            return sums
+        try:
             kernel(preds, positive, known, *sums, ties=ties)
-        return sums
+            return sums
+        except Exception as error:  # any failure to compile or launch: rank on the torch path (new sums)
+            _triton_failed(error, device)
     if known is not None:
         positive = positive & known
     class_label_count, sample_label_count, sample_known_count = _label_counts(positive, known)
@@ -204,8 +316,8 @@ def _compiled_path(engine: str, device: torch.device, dtype: torch.dtype):
         from torch_lwlrap import _numba_kernel
 
         if _numba_kernel.is_available(device, dtype):
-            return "numba", functools.partial(_numba_kernel.ranking_sums_numba, chunk_elements=_chunk_elements)
-    if engine == "triton" or (engine == "auto" and device.type == "cuda"):
+            return "numba", functools.partial(_numba_kernel.ranking_sums_numba, chunk_elements=forced_chunk_elements())
+    if (engine == "triton" or (engine == "auto" and device.type == "cuda")) and _triton_failure is None:
         from torch_lwlrap import _triton_kernel
 
         if _triton_kernel.is_available(device, dtype):
@@ -383,7 +495,7 @@ _PASS_MIN_SHARE = 0.5
 
 
 def _block_rows(num_classes: int, device: torch.device) -> int:
-    budget = _chunk_elements or (CPU_CHUNK_ELEMENTS if device.type == "cpu" else CHUNK_ELEMENTS)
+    budget = forced_chunk_elements() or (CPU_CHUNK_ELEMENTS if device.type == "cpu" else CHUNK_ELEMENTS)
     return max(1, budget // max(num_classes, 1))
 
 
@@ -527,8 +639,8 @@ def label_counts_chunks(
     """
     from torch_lwlrap._checks import formatted_chunks
 
-    budget = _chunk_elements or COUNTS_CHUNK_ELEMENTS
-    name = _compiled_path(_engine, preds.device, preds.dtype)[0]
+    budget = forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS
+    name = _compiled_path(get_engine(), preds.device, preds.dtype)[0]
     first_row = 0
     for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, name == "numba"):
         yield first_row, label_counts(scores, positive, known)
@@ -570,7 +682,7 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
     """Dense ``(n, C)`` :class:`LabelCounts` of one chunk of ranking inputs (as :func:`ranking_sums` takes them)."""
     if known is not None:
         positive = positive & known
-    if _compiled_path(_engine, preds.device, preds.dtype)[0] != "numba":
+    if _compiled_path(get_engine(), preds.device, preds.dtype)[0] != "numba":
         return dense_label_counts(preds, positive, known)
     from torch_lwlrap import _numba_kernel
 

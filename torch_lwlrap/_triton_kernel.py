@@ -50,12 +50,19 @@ from torch import Tensor
 
 from torch_lwlrap._checks import SCORE_DTYPES, check_kernel_args
 
+#: Why Triton could not be imported (a broken or mismatched installation), or None.
+_IMPORT_ERROR: Optional[str] = None
 try:  # Triton is an optional dependency (the "gpu" extra)
     import triton
     import triton.language as tl
-except Exception:  # pragma: no cover - depends on the installation
+except Exception as _error:  # pragma: no cover - depends on the installation
     triton = None
     tl = None
+    if not (isinstance(_error, ModuleNotFoundError) and _error.name == "triton"):
+        _IMPORT_ERROR = f"{type(_error).__name__}: {_error}"
+
+#: Device types the kernel ranks (a test seam: tests add "cpu" to simulate GPU failures on the CPU).
+GPU_DEVICE_TYPES = {"cuda"}
 
 #: Oldest GPU the kernel runs on (compute capability): the Volta generation, as for PyTorch's own Triton kernels.
 MIN_CAPABILITY = (7, 0)
@@ -172,14 +179,37 @@ def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
         >>> is_available("cuda", torch.float8_e4m3fn)
         False
     """
-    if triton is None or (dtype is not None and dtype not in SCORE_DTYPES):
+    if dtype is not None and dtype not in SCORE_DTYPES:
         return False
-    device = torch.device(device)
+    return unavailable_reason(torch.device(device)) is None
+
+
+def unavailable_reason(device: torch.device) -> Optional[str]:
+    """Why the kernel cannot rank tensors on ``device`` (None: it can), in words for a warning."""
+    if triton is None:
+        if _IMPORT_ERROR is not None:
+            return f"Triton is installed but failed to import ({_IMPORT_ERROR})"
+        return "Triton is not installed"
     if _INTERPRETED:
-        return device.type == "cpu"
+        return None if device.type == "cpu" else "Triton runs as an interpreter (TRITON_INTERPRET=1): CPU tensors only"
+    if device.type not in GPU_DEVICE_TYPES:
+        return f"the kernel ranks CUDA tensors, not {device.type} ones"
+    capability = _capability(device)
+    if capability is None:
+        return "no CUDA device is present"
+    if tuple(capability) < MIN_CAPABILITY:
+        return (
+            f"the GPU's compute capability {capability[0]}.{capability[1]} is older than Volta "
+            f"({MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}), which the kernel needs"
+        )
+    return None
+
+
+def _capability(device: torch.device):
+    """The compute capability of a CUDA device, or None without one (a test seam)."""
     if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    return torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
+        return None
+    return torch.cuda.get_device_capability(device)
 
 
 def _max_programs(device: torch.device, num_warps: int) -> int:

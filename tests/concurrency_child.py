@@ -1,0 +1,121 @@
+"""Child programs for ``tests/test_concurrency.py``: each runs in its own interpreter, so a process that is killed
+or aborts (numba's threading layers do both when misused) fails one test instead of taking pytest down.
+
+Run as ``python -m tests.concurrency_child fork|threads``; prints ``OK`` when every check passed.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+
+def _setup():
+    import torch
+
+    from torch_lwlrap import _numba_kernel
+
+    # Enter parallel regions even for the small batches the naive reference can check, with two threads.
+    _numba_kernel.PARALLEL_MIN_SCORES_PER_THREAD = 1
+    _numba_kernel._idle_cores = lambda: 64  # as if the cores were free, on a shared test machine too
+    torch.set_num_threads(2)
+    return _numba_kernel
+
+
+def _score(seed):
+    """(lwlrap, lrap with ties="index" and ignored labels) of one small tie-heavy batch, on the default engine."""
+    from tests.reference import make_case
+    from torch_lwlrap import multilabel_lrap, multilabel_lwlrap
+
+    preds, target = make_case(seed, 150, 23, ignore_index=-1)
+    return (
+        multilabel_lwlrap(preds, target, ignore_index=-1).item(),
+        multilabel_lrap(preds, target.float(), ignore_index=-1, ties="index").item(),
+    )
+
+
+def _reference(seed):
+    from tests.reference import make_case, naive_lrap, naive_lwlrap
+
+    preds, target = make_case(seed, 150, 23, ignore_index=-1)
+    return naive_lwlrap(preds, target, ignore_index=-1), naive_lrap(preds, target, ignore_index=-1, ties="index")
+
+
+def _close(got, want):
+    return all(abs(a - b) <= 1e-12 for a, b in zip(got, want))
+
+
+class _ScoringDataset:
+    """A dataset whose items are scored in the DataLoader worker that loads them."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        import torch
+
+        return torch.tensor(_score(100 + index), dtype=torch.float64)
+
+
+def fork_main() -> None:
+    import multiprocessing
+
+    import numba
+    import torch
+
+    kernel = _setup()
+    seeds = list(range(6))
+    parent = [_score(seed) for seed in seeds]  # starts numba's threads in the parent
+    assert kernel._threads_started(), "the parent call should have started numba's threads"
+    print("threading layer:", numba.threading_layer(), flush=True)
+    want = [_reference(seed) for seed in seeds]
+    assert all(_close(got, ref) for got, ref in zip(parent, want)), (parent, want)
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        children = pool.map(_score, seeds)
+    assert children == parent, (children, parent)
+    # A DataLoader whose forked workers score.
+    loader = torch.utils.data.DataLoader(
+        _ScoringDataset(), batch_size=None, num_workers=2, multiprocessing_context="fork"
+    )
+    loaded = [tuple(item.tolist()) for item in loader]
+    assert all(_close(got, _reference(100 + i)) for i, got in enumerate(loaded)), loaded
+    # The parent still ranks in parallel after its children.
+    assert kernel.threads_for(150 * 23) == 2 and not kernel._serial_only
+    assert [_score(seed) for seed in seeds] == parent
+    print("OK", flush=True)
+
+
+def threads_main() -> None:
+    from torch_lwlrap import _numba_kernel
+
+    _setup()
+    seeds = list(range(8))
+    want = [_reference(seed) for seed in seeds]
+    # Serial results: one thread at a time.
+    serial = [_score(seed) for seed in seeds]
+    assert all(_close(got, ref) for got, ref in zip(serial, want)), (serial, want)
+    start = threading.Barrier(4)
+    results = {}
+    errors = []
+
+    def worker(name):
+        try:
+            start.wait()
+            results[name] = [_score(seed) for _ in range(3) for seed in seeds]
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for name in range(4):
+        assert results[name] == serial * 3, name
+    assert not _numba_kernel._parallel_lock.locked()
+    print("OK", flush=True)
+
+
+if __name__ == "__main__":
+    {"fork": fork_main, "threads": threads_main}[sys.argv[1]]()

@@ -1,0 +1,251 @@
+"""Choosing the engine path without code changes (``TORCH_LWLRAP_ENGINE``) and the Triton path's fallback.
+
+GPU failures are simulated on the CPU: ``_triton_kernel.GPU_DEVICE_TYPES`` gains "cpu" and ``_capability``
+reports a GPU generation, so CPU tensors take the Triton path's launch; the kernel then fails as it would on a
+user's machine (a compile error, too few resources, no driver), or Triton is missing, or the GPU is too old. Every
+case checks the warning, that the batch is ranked on the torch path and that the values equal the naive formula.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from tests.reference import make_case, naive_lrap, naive_lwlrap
+from torch_lwlrap import EngineFallbackWarning, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
+from torch_lwlrap import _numba_kernel, _ranking
+from torch_lwlrap._ranking import ENGINE_VARIABLE, ENGINES, get_engine, use_engine
+
+TOL = dict(rel=1e-12, abs=1e-12)
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state(monkeypatch):
+    """Each test starts as a fresh process would: no Triton failure seen, no warning given, no variable set."""
+    monkeypatch.setattr(_ranking, "_triton_failure", None)
+    monkeypatch.setattr(_ranking, "_warned", set())
+    monkeypatch.delenv(ENGINE_VARIABLE, raising=False)
+
+
+def _spy_paths(monkeypatch):
+    """Record which ranking path runs: a list that receives "sort", "count" or "numba" per call."""
+    calls = []
+    for name in ("_sort_path", "_count_path"):
+        original = getattr(_ranking, name)
+
+        def spy(*args, _original=original, _name=name[1:-5], **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(_ranking, name, spy)
+    original_numba = _numba_kernel.ranking_sums_numba
+
+    def numba_spy(*args, **kwargs):
+        calls.append("numba")
+        return original_numba(*args, **kwargs)
+
+    monkeypatch.setattr(_numba_kernel, "ranking_sums_numba", numba_spy)
+    return calls
+
+
+# --- TORCH_LWLRAP_ENGINE ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["sort", "count", "numba", " Sort ", "auto", ""])
+def test_variable_selects_the_path(monkeypatch, value):
+    calls = _spy_paths(monkeypatch)
+    monkeypatch.setenv(ENGINE_VARIABLE, value)
+    preds, target = make_case(3, 40, 9, ignore_index=-1)
+    got = multilabel_lwlrap(preds, target, ignore_index=-1)
+    assert got.item() == pytest.approx(naive_lwlrap(preds, target, ignore_index=-1), **TOL)
+    wanted = value.strip().lower() or "auto"
+    assert get_engine() == wanted
+    if wanted == "auto":
+        wanted = "numba" if _numba_kernel.numba is not None else None
+    if wanted is not None:
+        assert calls and set(calls) == {wanted}
+
+
+def test_use_engine_takes_precedence_over_the_variable(monkeypatch):
+    calls = _spy_paths(monkeypatch)
+    monkeypatch.setenv(ENGINE_VARIABLE, "count")
+    preds, target = make_case(4, 30, 7)
+    with use_engine("sort"):
+        assert get_engine() == "sort"
+        got = multilabel_lrap(preds, target)
+    assert calls == ["sort"]
+    assert get_engine() == "count"
+    assert got.item() == pytest.approx(naive_lrap(preds, target), **TOL)
+
+
+def test_unknown_variable_value_is_a_clear_error_and_leaves_the_state(monkeypatch):
+    metric = MultilabelLWLRAP(num_labels=6)
+    preds, target = make_case(5, 20, 6)
+    metric.update(preds, target)
+    before = {name: value.clone() for name, value in metric.metric_state.items()}
+    monkeypatch.setenv(ENGINE_VARIABLE, "cuda")
+    with pytest.raises(ValueError) as error:
+        metric.update(preds, target)
+    message = str(error.value)
+    assert ENGINE_VARIABLE in message and "'cuda'" in message
+    assert all(name in message for name in ENGINES)
+    with pytest.raises(ValueError, match=ENGINE_VARIABLE):
+        multilabel_lwlrap(preds, target)
+    for name, value in metric.metric_state.items():
+        assert torch.equal(value, before[name]), name
+    monkeypatch.delenv(ENGINE_VARIABLE)
+    assert metric.compute().item() == pytest.approx(naive_lwlrap(preds, target), **TOL)
+
+
+# --- The Triton path's fallback ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def triton_kernel(monkeypatch):
+    """The Triton module with CPU tensors taken for GPU ones (a Volta-or-newer GPU), and the "triton" path forced
+    through the environment variable."""
+    kernel = pytest.importorskip("torch_lwlrap._triton_kernel")
+    if getattr(kernel, "_INTERPRETED", False):
+        pytest.skip("Triton's interpreter runs the kernel on CPU tensors in this process")
+    monkeypatch.setattr(kernel, "GPU_DEVICE_TYPES", {"cuda", "cpu"})
+    monkeypatch.setattr(kernel, "_capability", lambda device: (9, 0))
+    monkeypatch.setenv(ENGINE_VARIABLE, "triton")
+    return kernel
+
+
+class FailingKernel:
+    """A Triton kernel whose launch raises ``error``; counts its launches."""
+
+    def __init__(self, error):
+        self.error = error
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches += 1
+            raise self.error
+
+        return launch
+
+
+def _compile_error():
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    return CompilationError("def _rows_kernel(...): ...", ast.parse("x").body[0], "unsupported operation")
+
+
+def _out_of_resources():
+    from triton.runtime.errors import OutOfResources
+
+    return OutOfResources(232448, 101376, "shared memory")
+
+
+def _check_batches_fall_back(preds_target_pairs, cause, launches=None):
+    """The first batch warns (naming ``cause``) and every batch equals the naive values; later ones do not warn."""
+    (preds, target), *rest = preds_target_pairs
+    with pytest.warns(EngineFallbackWarning, match=cause) as record:
+        first = multilabel_lwlrap(preds, target, ignore_index=-1)
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "exact" in message and "TORCH_LWLRAP_ENGINE" in message or "pip install" in message
+    assert record[0].filename == __file__  # points at the caller's line
+    assert first.item() == pytest.approx(naive_lwlrap(preds, target, ignore_index=-1), **TOL)
+    calls_after_first = None if launches is None else launches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for preds, target in rest:
+            got = multilabel_lwlrap(preds, target, ignore_index=-1)
+            assert got.item() == pytest.approx(naive_lwlrap(preds, target, ignore_index=-1), **TOL)
+            got = multilabel_lrap(preds, target, ignore_index=-1, ties="index")
+            assert got.item() == pytest.approx(naive_lrap(preds, target, ties="index", ignore_index=-1), **TOL)
+    if launches is not None:
+        assert launches() == calls_after_first, "the failed kernel was launched again"
+
+
+CASES = [make_case(seed, n, c, ignore_index=-1) for seed, (n, c) in enumerate([(40, 9), (33, 17), (64, 5)])]
+
+
+@pytest.mark.parametrize(
+    "make_error, cause",
+    [(_compile_error, "CompilationError"), (_out_of_resources, "OutOfResources: out of resource: shared memory")],
+    ids=["compile", "launch-out-of-resources"],
+)
+def test_kernel_failure_warns_once_and_ranks_on_torch(triton_kernel, monkeypatch, make_error, cause):
+    failing = FailingKernel(make_error())
+    monkeypatch.setattr(triton_kernel, "_rows_kernel", failing)
+    monkeypatch.setattr(triton_kernel, "_tiled_kernel", failing)
+    _check_batches_fall_back(CASES, cause, launches=lambda: failing.launches)
+    assert failing.launches == 1
+    assert isinstance(_ranking._triton_failure, type(failing.error))
+
+
+def test_driver_mismatch_the_real_launch_fails_without_a_gpu(triton_kernel):
+    # No kernel replaced: Triton itself refuses to launch on a machine without a driver for the tensors' device.
+    _check_batches_fall_back(CASES, "Triton kernel failed on cpu")
+    assert _ranking._triton_failure is not None
+
+
+def test_triton_missing(triton_kernel, monkeypatch):
+    monkeypatch.setattr(triton_kernel, "triton", None)
+    _check_batches_fall_back(CASES, "Triton is not installed.*pip install torch-lwlrap\\[gpu\\]")
+
+
+def test_triton_failing_to_import_warns_even_under_auto(triton_kernel, monkeypatch):
+    monkeypatch.setattr(triton_kernel, "triton", None)
+    monkeypatch.setattr(triton_kernel, "_IMPORT_ERROR", "ImportError: libcuda.so.1: cannot open shared object file")
+    _check_batches_fall_back(CASES, "failed to import \\(ImportError: libcuda.so.1")
+    assert triton_kernel.unavailable_reason(torch.device("cuda")).startswith("Triton is installed but failed")
+
+
+def test_gpu_older_than_volta(triton_kernel, monkeypatch):
+    monkeypatch.setattr(triton_kernel, "_capability", lambda device: (6, 0))
+    failing = FailingKernel(AssertionError("the kernel must not be launched on a GPU older than Volta"))
+    monkeypatch.setattr(triton_kernel, "_rows_kernel", failing)
+    monkeypatch.setattr(triton_kernel, "_tiled_kernel", failing)
+    assert not triton_kernel.is_available("cpu")
+    _check_batches_fall_back(CASES, "compute capability 6.0 is older than Volta \\(7.0\\)")
+    assert failing.launches == 0
+    assert _ranking._triton_failure is None
+
+
+def test_a_kernel_that_returns_is_never_second_guessed(triton_kernel, monkeypatch):
+    # Fallback happens on an exception only, never on the values: a launch that returns is taken as it is.
+    launched = []
+
+    class Succeeding:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launched.append(grid)
+
+    monkeypatch.setattr(triton_kernel, "_rows_kernel", Succeeding())
+    monkeypatch.setattr(triton_kernel, "_tiled_kernel", Succeeding())
+    preds, target = CASES[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        multilabel_lwlrap(preds, target, ignore_index=-1)
+    assert launched and _ranking._triton_failure is None
+
+
+def test_metric_in_a_training_loop_survives_a_failing_kernel(triton_kernel, monkeypatch):
+    # The user's form: a metric updated batch after batch (forward returns the batch value) while the GPU kernel
+    # cannot launch; one warning, and the epoch value over all batches equals the naive one.
+    failing = FailingKernel(_out_of_resources())
+    monkeypatch.setattr(triton_kernel, "_rows_kernel", failing)
+    monkeypatch.setattr(triton_kernel, "_tiled_kernel", failing)
+    metric = MultilabelLWLRAP(num_labels=9, ignore_index=-1)
+    batches = [make_case(10 + step, 16, 9, ignore_index=-1) for step in range(4)]
+    logits = [preds.float().requires_grad_() for preds, _ in batches]
+    with pytest.warns(EngineFallbackWarning) as record:
+        for scores, (_, target) in zip(logits, batches):
+            value = metric(scores, target)
+            assert not value.requires_grad
+            assert value.item() == pytest.approx(naive_lwlrap(scores.detach(), target, ignore_index=-1), **TOL)
+    assert len(record) == 1 and failing.launches == 1
+    all_preds = torch.cat([scores.detach() for scores in logits])
+    all_target = torch.cat([target for _, target in batches])
+    assert metric.compute().item() == pytest.approx(naive_lwlrap(all_preds, all_target, ignore_index=-1), **TOL)
+    assert not math.isnan(metric.compute().item())
