@@ -658,9 +658,9 @@ def positive_label_counts_chunks(
     """
     from torch_lwlrap._checks import formatted_chunks
 
-    name = _compiled_path(_engine, preds.device, preds.dtype)[0]
+    name = _compiled_path(get_engine(), preds.device, preds.dtype)[0]
     # Compact counts take about 40 bytes per positive, not per score: the numba path takes chunks 4x larger.
-    budget = _chunk_elements or (COUNTS_CHUNK_ELEMENTS * (4 if name == "numba" else 1))
+    budget = forced_chunk_elements() or (COUNTS_CHUNK_ELEMENTS * (4 if name == "numba" else 1))
     first_row = 0
     for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, name == "numba"):
         num_classes = scores.shape[1]
