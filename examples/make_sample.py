@@ -2,7 +2,10 @@
 
 ``examples/data/sample_truth.csv`` is in the Freesound Audio Tagging 2019 layout (``fname,labels`` with the
 labels of a row comma-joined in one quoted field); ``examples/data/sample_submission.csv`` holds one score per
-class from a noisy "model", rounded to two decimals so that some scores tie, with the rows in another order.
+class from a noisy "model", rounded to two decimals so that some scores tie, with the rows in another order;
+``examples/data/sample_submission_b.csv`` is a second "model" for the same rows (a little better on some classes,
+worse on others, rows in yet another order), for ``torch-lwlrap compare``. Its draws come after the first files',
+which stay as they were.
 
 The output is deterministic (fixed seed; only uniform draws of a PCG64 ``numpy.random.Generator``, turned into
 choices and normal noise here, so it does not depend on NumPy's samplers): running the script twice gives
@@ -49,6 +52,7 @@ CLASSES = [
 ]
 TRUTH_NAME = "sample_truth.csv"
 SUBMISSION_NAME = "sample_submission.csv"
+SUBMISSION_B_NAME = "sample_submission_b.csv"
 
 
 def _choice(u: float, weights: Sequence[float]) -> int:
@@ -75,7 +79,7 @@ def make_sample(out_dir: str, seed: int = SEED, num_rows: int = NUM_ROWS) -> Lis
         >>> import tempfile
         >>> paths = make_sample(tempfile.mkdtemp(), num_rows=5)
         >>> [os.path.basename(p) for p in paths]
-        ['sample_truth.csv', 'sample_submission.csv']
+        ['sample_truth.csv', 'sample_submission.csv', 'sample_submission_b.csv']
     """
     rng = np.random.Generator(np.random.PCG64(seed))
     num_classes = len(CLASSES)
@@ -119,7 +123,21 @@ def make_sample(out_dir: str, seed: int = SEED, num_rows: int = NUM_ROWS) -> Lis
         writer.writerow(["fname"] + CLASSES)
         for i in order:
             writer.writerow([fnames[i]] + [f"{value:.2f}" for value in scores[i]])
-    return [truth_path, submission_path]
+
+    # System B: the same rows scored by another "model", better on some classes and worse on others.
+    separation_b = [s * (0.7 + 0.6 * rng.random()) + 0.3 for s in separation]
+    scores_b = []
+    for row in labels:
+        logits = [separation_b[j] * (j in row) - 1.0 + 1.1 * _normal(rng) for j in range(num_classes)]
+        scores_b.append([1.0 / (1.0 + math.exp(-x)) for x in logits])
+    order_b = sorted(range(num_rows), key=lambda i: rng.random())
+    submission_b_path = os.path.join(out_dir, SUBMISSION_B_NAME)
+    with open(submission_b_path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["fname"] + CLASSES)
+        for i in order_b:
+            writer.writerow([fnames[i]] + [f"{value:.2f}" for value in scores_b[i]])
+    return [truth_path, submission_path, submission_b_path]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -6,6 +6,7 @@ if TYPE_CHECKING:
     from torch_lwlrap._ranking import EngineFallbackWarning
     from torch_lwlrap._tie_report import TieReport, tie_report
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
+    from torch_lwlrap.intervals import Comparison, Interval, compare_lwlrap, multilabel_lrap_ci, multilabel_lwlrap_ci
     from torch_lwlrap.ranking_functional import (
         multilabel_coverage_error,
         multilabel_one_error,
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "Comparison",
+    "Interval",
     "EngineFallbackWarning",
     "MultilabelCoverageError",
     "MultilabelLRAP",
@@ -26,9 +29,12 @@ __all__ = [
     "MultilabelRetrievalAtK",
     "TieReport",
     "__version__",
+    "compare_lwlrap",
     "multilabel_coverage_error",
     "multilabel_lrap",
+    "multilabel_lrap_ci",
     "multilabel_lwlrap",
+    "multilabel_lwlrap_ci",
     "multilabel_lwlrap_per_class",
     "multilabel_one_error",
     "multilabel_ranking_loss",
@@ -58,6 +64,10 @@ def __getattr__(name: str) -> Any:
         from torch_lwlrap import functional
 
         return getattr(functional, name)
+    if name in ("Comparison", "Interval", "compare_lwlrap", "multilabel_lrap_ci", "multilabel_lwlrap_ci"):
+        from torch_lwlrap import intervals
+
+        return getattr(intervals, name)
     if name == "EngineFallbackWarning":
         from torch_lwlrap import _ranking
 

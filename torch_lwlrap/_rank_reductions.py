@@ -27,6 +27,7 @@ from torch_lwlrap._ranking import (
     LabelCounts,
     _true_indices,
     forced_chunk_elements,
+    joined_compact_counts,
     label_counts_chunks,
     label_precision,
     takes_numba_path,
@@ -133,21 +134,11 @@ def positive_counts_chunks(
     chunks = formatted_chunks(preds, target, ignore_index, None, forced_chunk_elements(), True)
     for scores, positive, known, _ in chunks:
         known_count, blocks = _numba_kernel.label_counts_numba(scores, positive, known)
-        rows, cols, counts = _joined_blocks(list(blocks))
+        rows, cols, counts = joined_compact_counts(blocks)
         num_rows, num_classes = scores.shape
         positive_count = torch.bincount(rows, minlength=num_rows)
         yield first, PositiveEntries(counts, rows, cols, None, positive_count, known_count, num_rows, num_classes)
         first += num_rows
-
-
-def _joined_blocks(blocks) -> Tuple[Tensor, Tensor, LabelCounts]:
-    """The numba pass's compact blocks of one chunk as one ``(rows, cols, counts)``."""
-    if not blocks:
-        empty = torch.zeros(0, dtype=torch.int32)
-        return empty.long(), empty.long(), LabelCounts(empty.bool(), *[empty] * (len(LabelCounts._fields) - 1))
-    rows = torch.cat([block.rows for block in blocks])
-    cols = torch.cat([block.cols for block in blocks])
-    return rows, cols, LabelCounts(*(torch.cat(field) for field in zip(*(block.counts for block in blocks))))
 
 
 def positive_entries(counts: LabelCounts) -> PositiveEntries:

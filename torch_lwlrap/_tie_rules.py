@@ -32,7 +32,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-TIES = ("max", "index", "expected")
+from torch_lwlrap._options import TIES
 
 #: Rules that bound a sum of precisions over every order of tied scores (:func:`label_precision`): ``"best"`` puts
 #: each tie group's positives first, ``"worst"`` last. Each tie group contributes independently, so the sums of these

@@ -256,15 +256,20 @@ def _lrap_update(
 
 def _lrap_sums(sums: RankingSums, weight: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """``(lrap_sum, weight_sum)`` of the samples of ``sums``."""
-    count = sums.sample_label_count
-    # scikit-learn's convention: a sample with no positive, or only positives, scores 1.
-    trivial = (count == 0) | (count == sums.sample_known_count)
-    per_sample = torch.where(trivial, 1.0, sums.sample_precision_sum / count.clamp(min=1).to(torch.float64))
+    per_sample = _lrap_per_sample(sums)
     if weight is None:
         # torch.full fills on the device; torch.tensor would copy from host memory, a sync on a GPU.
         return per_sample.sum(), torch.full((), per_sample.numel(), dtype=torch.float64, device=per_sample.device)
     weight = weight.to(torch.float64)
     return (per_sample * weight).sum(), weight.sum()
+
+
+def _lrap_per_sample(sums: RankingSums) -> Tensor:
+    """``(N,)`` float64 LRAP of each sample of ``sums``."""
+    count = sums.sample_label_count
+    # scikit-learn's convention: a sample with no positive, or only positives, scores 1.
+    trivial = (count == 0) | (count == sums.sample_known_count)
+    return torch.where(trivial, 1.0, sums.sample_precision_sum / count.clamp(min=1).to(torch.float64))
 
 
 def _lrap_compute(lrap_sum: Tensor, weight_sum: Tensor) -> Tensor:

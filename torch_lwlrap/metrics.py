@@ -20,6 +20,8 @@ from torch_lwlrap._checks import (
     check_num_labels,
     check_ties,
 )
+from torch_lwlrap import _bootstrap
+from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
 from torch_lwlrap.functional import (
     _check_batch,
     _lrap_compute,
@@ -27,6 +29,12 @@ from torch_lwlrap.functional import (
     _lwlrap_compute,
     _lwlrap_per_class,
     _lwlrap_update,
+)
+from torch_lwlrap.intervals import (
+    _lrap_bootstrap_update,
+    _lrap_replicates,
+    _lwlrap_bootstrap_update,
+    _lwlrap_replicates,
 )
 
 __all__ = ["MultilabelLWLRAP", "MultilabelLRAP"]
@@ -88,7 +96,90 @@ def _apply_keeping_float64(metric: Metric, fn: Callable, exclude_state: Sequence
     return this
 
 
-class MultilabelLWLRAP(Metric):
+def _process_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+class _Bootstrap:
+    """The bootstrap side of a metric: its replicate states, the key of each update's weights, the interval.
+
+    A metric with ``num_bootstrap = B > 0`` keeps ``B`` weighted copies of its sums (see
+    :mod:`torch_lwlrap._bootstrap`) and an update counter ``<prefix>_updates``: the weights of an update are drawn
+    from ``(bootstrap_seed, process rank, counter)``, so a run is reproducible for a given seed, world size and
+    batch order, and a checkpoint carries where the stream of weights stands.
+    """
+
+    def _init_bootstrap(self, num_bootstrap: int, bootstrap_seed: Optional[int], counter: str) -> None:
+        self.num_bootstrap = check_num_bootstrap(num_bootstrap)
+        self.bootstrap_seed = check_seed(bootstrap_seed) if self.num_bootstrap else bootstrap_seed
+        self._counter_name = counter
+        self._counter_offset: Optional[Tensor] = None
+        if self.num_bootstrap:
+            self.add_state(counter, torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
+
+    def _update_key(self) -> Tensor:
+        """The key of this update's weights, on the metric's device (no sync)."""
+        counter = getattr(self, self._counter_name)
+        if self._counter_offset is not None:  # inside forward: the state was emptied, the offset is its old count
+            counter = counter + self._counter_offset
+        return _bootstrap.stream_key(self.bootstrap_seed, _process_rank(), counter)
+
+    def _count_update(self) -> None:
+        """One more update drawn: called once the batch is accepted (a rejected batch changes nothing)."""
+        setattr(self, self._counter_name, getattr(self, self._counter_name) + 1)
+
+    def _writable_states(self, *names: str) -> Tuple[Tensor, ...]:
+        """The replicate states, to add to in place: a state made under ``torch.inference_mode()`` is copied once
+        into a normal tensor when updated outside it (it cannot be written there)."""
+        states = []
+        for name in names:
+            state = getattr(self, name)
+            if state.is_inference() and not torch.is_inference_mode_enabled():
+                state = state.clone()
+                setattr(self, name, state)
+            states.append(state)
+        return tuple(states)
+
+    @contextlib.contextmanager
+    def _forward_counter(self) -> Iterator[None]:
+        # torchmetrics' forward empties the states (the counter too) before update and adds the batch's states
+        # back after: the batch's weights must still be those the next update would draw.
+        if self.num_bootstrap:
+            self._counter_offset = getattr(self, self._counter_name).clone()
+        try:
+            yield
+        finally:
+            self._counter_offset = None
+
+    def _check_bootstrap(self, level: Optional[float] = None) -> None:
+        if level is not None:
+            check_level(level)
+        if not self.num_bootstrap:
+            raise ValueError(
+                f"{type(self).__name__} was created without bootstrap replicates (`num_bootstrap=0`): create it "
+                f"with `num_bootstrap=1000` (and a `bootstrap_seed` to repeat the interval) to get an interval."
+            )
+
+    def bootstrap_samples(self) -> Tensor:
+        """The ``B`` bootstrap replicates of :meth:`compute` (synced across processes as ``compute`` is):
+        ``(B,)``, or ``(B, C)`` per class. A replicate that drew no positive label (of a class) is NaN."""
+        self._check_bootstrap()
+        with self.sync_context(should_sync=self.sync_on_compute, should_unsync=self._should_unsync):
+            return self._replicates()
+
+    def confidence_interval(self, level: float = 0.95) -> Tuple[Tensor, Tensor]:
+        """``(low, high)``: the bootstrap percentile interval of :meth:`compute` at ``level`` (per class too).
+
+        It describes the sampling variability of the evaluation set (another set drawn the same way would score
+        within it ``level`` of the time), not the variability of training.
+        """
+        self._check_bootstrap(level)
+        return _bootstrap.percentile_interval(self.bootstrap_samples(), level)
+
+
+class MultilabelLWLRAP(_Bootstrap, Metric):
     r"""Label-weighted label-ranking average precision (lwlrap), accumulated over batches.
 
     The state is two ``(C,)`` tensors, ``precision_sum`` (float64) and ``label_count`` (int64), summed across
@@ -101,6 +192,11 @@ class MultilabelLWLRAP(Metric):
             ``"expected"`` (the expectation over random orders of tied scores).
         ignore_index: target value marking unknown labels, removed from their sample's ranking.
         validate_args: check input values (one host-device sync per batch); with False, ``update`` never syncs.
+        num_bootstrap: ``B > 0`` keeps ``B`` Poisson bootstrap replicates of the sums, ``(B, C)``
+            ``bootstrap_precision_sum`` and ``bootstrap_label_count``, for :meth:`confidence_interval` and
+            :meth:`bootstrap_samples`; the batch is still ranked once. 0 (the default): no replicates.
+        bootstrap_seed: seed of the replicates' weights (with the process rank and an update counter); None draws
+            one from torch's default generator.
         kwargs: passed to :class:`torchmetrics.Metric` (``compute_on_cpu``, ``sync_on_compute``, ...).
 
     Example:
@@ -134,6 +230,8 @@ class MultilabelLWLRAP(Metric):
         ties: str = "max",
         ignore_index: Optional[int] = None,
         validate_args: bool = True,
+        num_bootstrap: int = 0,
+        bootstrap_seed: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -145,6 +243,11 @@ class MultilabelLWLRAP(Metric):
         _add_options_tag(self, num_labels, self.ties, self.ignore_index)
         self.add_state("precision_sum", torch.zeros(num_labels, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("label_count", torch.zeros(num_labels, dtype=torch.int64), dist_reduce_fx="sum")
+        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lwlrap_updates")
+        if self.num_bootstrap:
+            shape = (self.num_bootstrap, num_labels)
+            self.add_state("bootstrap_precision_sum", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state("bootstrap_label_count", torch.zeros(shape, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``.
@@ -166,9 +269,17 @@ class MultilabelLWLRAP(Metric):
             tensor([1, 0, 1])
         """
         _check_device(self, preds)
-        precision_sum, label_count = _lwlrap_update(
-            preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
-        )
+        if self.num_bootstrap:
+            # The replicates are added to the states in place, after the whole batch is checked.
+            precision_sum, label_count = _lwlrap_bootstrap_update(
+                preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args,
+                self._update_key(), *self._writable_states("bootstrap_precision_sum", "bootstrap_label_count"),
+            )
+            self._count_update()
+        else:
+            precision_sum, label_count = _lwlrap_update(
+                preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
+            )
         # Out of place: a state made under torch.inference_mode() (a metric created, reset or used in a
         # validation loop there) cannot be updated in place outside it.
         self.precision_sum = self.precision_sum + precision_sum
@@ -189,11 +300,15 @@ class MultilabelLWLRAP(Metric):
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
         _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
-        with _values_checked(self):
+        with _values_checked(self), self._forward_counter():
             return super().forward(preds, target)
 
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelLWLRAP":
-        return _apply_keeping_float64(self, fn, exclude_state, ("precision_sum",))
+        names = ("precision_sum", "bootstrap_precision_sum") if self.num_bootstrap else ("precision_sum",)
+        return _apply_keeping_float64(self, fn, exclude_state, names)
+
+    def _replicates(self) -> Tensor:
+        return _lwlrap_replicates(self.bootstrap_precision_sum, self.bootstrap_label_count, self.average)
 
     def compute(self) -> Tensor:
         """lwlrap of all accumulated batches (float64; ``(C,)`` with ``average="none"``).
@@ -261,11 +376,13 @@ class MultilabelLWLRAP(Metric):
         return self._plot(val, ax)
 
 
-class MultilabelLRAP(Metric):
+class MultilabelLRAP(_Bootstrap, Metric):
     r"""Label-ranking average precision (LRAP), accumulated over batches; equals scikit-learn's score.
 
     The state is two float64 scalars, ``lrap_sum`` (weighted sum of per-sample scores) and ``weight_sum``, summed
-    across processes. See :func:`torch_lwlrap.multilabel_lrap` for the definition and the arguments.
+    across processes. See :func:`torch_lwlrap.multilabel_lrap` for the definition and the arguments, and
+    :class:`MultilabelLWLRAP` for ``num_bootstrap`` and ``bootstrap_seed`` (replicates ``(B,)``
+    ``bootstrap_lrap_sum`` and ``bootstrap_weight_sum``).
 
     Example:
         >>> import torch
@@ -295,6 +412,8 @@ class MultilabelLRAP(Metric):
         ties: str = "max",
         ignore_index: Optional[int] = None,
         validate_args: bool = True,
+        num_bootstrap: int = 0,
+        bootstrap_seed: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -305,6 +424,11 @@ class MultilabelLRAP(Metric):
         _add_options_tag(self, num_labels, self.ties, self.ignore_index)
         self.add_state("lrap_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lrap_updates")
+        if self.num_bootstrap:
+            shape = (self.num_bootstrap,)
+            self.add_state("bootstrap_lrap_sum", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state("bootstrap_weight_sum", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> None:
         """Add a batch, optionally with non-negative per-sample weights ``(N,)``.
@@ -319,9 +443,16 @@ class MultilabelLRAP(Metric):
             tensor(0.3750, dtype=torch.float64)
         """
         _check_device(self, preds)
-        lrap_sum, weight_sum = _lrap_update(
-            preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
-        )
+        if self.num_bootstrap:
+            lrap_sum, weight_sum = _lrap_bootstrap_update(
+                preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args,
+                self._update_key(), *self._writable_states("bootstrap_lrap_sum", "bootstrap_weight_sum"),
+            )
+            self._count_update()
+        else:
+            lrap_sum, weight_sum = _lrap_update(
+                preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
+            )
         # Out of place, as in MultilabelLWLRAP.update: the state may have been made under torch.inference_mode().
         self.lrap_sum = self.lrap_sum + lrap_sum
         self.weight_sum = self.weight_sum + weight_sum
@@ -341,11 +472,17 @@ class MultilabelLRAP(Metric):
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
         _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
-        with _values_checked(self):
+        with _values_checked(self), self._forward_counter():
             return super().forward(preds, target, sample_weight=sample_weight)
 
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelLRAP":
-        return _apply_keeping_float64(self, fn, exclude_state, ("lrap_sum", "weight_sum"))
+        names = ("lrap_sum", "weight_sum")
+        if self.num_bootstrap:
+            names += ("bootstrap_lrap_sum", "bootstrap_weight_sum")
+        return _apply_keeping_float64(self, fn, exclude_state, names)
+
+    def _replicates(self) -> Tensor:
+        return _lrap_replicates(self.bootstrap_lrap_sum, self.bootstrap_weight_sum)
 
     def compute(self) -> Tensor:
         """LRAP of all accumulated samples (float64 scalar); NaN with a warning when there are none.

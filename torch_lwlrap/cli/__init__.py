@@ -3,7 +3,8 @@
 Usage::
 
     torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index|expected]
-                       [--where COLUMN=VALUE] [--classes FILE] [--top K]
+                       [--where COLUMN=VALUE] [--classes FILE] [--top K] [--ci [B]]
+    torch-lwlrap compare TRUTH.csv A.csv B.csv [--bootstrap B] [--per-class] [--json] [--plot OUT.png]
     python -m torch_lwlrap score TRUTH.csv PRED.csv
 
 ``TRUTH.csv`` is either the challenge layout, header ``fname,labels`` with the positive class names of a row
@@ -27,6 +28,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from torch_lwlrap.cli import compare as _compare
 from torch_lwlrap.cli import doctor as _doctor
 from torch_lwlrap.cli import score as _score
 from torch_lwlrap.cli._files import CommandError, CsvFormatError, Predictions, Truth, read_predictions, read_truth
@@ -52,7 +54,7 @@ PROG = "torch-lwlrap"
 # The subcommands, in the order `--help` lists them. A subcommand is a module of this package with
 # `add_parser(commands)`, which adds its parser and sets `run=` on it, and `run(args) -> int`; adding one is adding
 # its module and a line here.
-SUBCOMMANDS = (_score, _doctor)
+SUBCOMMANDS = (_score, _compare, _doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,10 +14,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from torch_lwlrap.cli._files import CsvFormatError
+from torch_lwlrap.cli._files import CommandError, CsvFormatError
 
 __all__ = [
     "ReportSection",
+    "check_bootstrap_args",
     "Score",
     "format_report",
     "per_class_table",
@@ -185,11 +186,36 @@ def per_class_table(score: Score, top: Optional[int] = None) -> List[str]:
     """
     order = score.ranked(top)
     width = max([len("class")] + [len(score.classes[i]) for i in order])
-    lines = [_ranked_title(score, top) + ":", f"{'class':<{width}}  {'lwlrap':>8}  {'weight':>8}  {'count':>6}"]
+    ci = score.extra.get("ci")
+    header = f"{'class':<{width}}  {'lwlrap':>8}  {'weight':>8}  {'count':>6}"
+    if ci:
+        header += f"  {_level_name(ci['level']) + ' interval':>20}"
+    lines = [_ranked_title(score, top) + ":", header]
     for i in order:
         value = "-" if math.isnan(score.per_class[i]) else f"{score.per_class[i]:.6f}"
-        lines.append(f"{score.classes[i]:<{width}}  {value:>8}  {score.weights[i]:>8.6f}  {score.counts[i]:>6}")
+        line = f"{score.classes[i]:<{width}}  {value:>8}  {score.weights[i]:>8.6f}  {score.counts[i]:>6}"
+        if ci:
+            bounds = ci["per_class"][score.classes[i]]
+            line += f"  {'-' if bounds is None else _bounds(bounds):>20}"
+        lines.append(line)
     return lines
+
+
+def _level_name(level: float) -> str:
+    return f"{100 * level:g}%"
+
+
+def _bounds(bounds: Sequence[float]) -> str:
+    return f"[{bounds[0]:.6f}, {bounds[1]:.6f}]"
+
+
+def check_bootstrap_args(num_bootstrap: int, level: float, option: str) -> int:
+    """``num_bootstrap``; CommandError unless it is at least 1 and ``0 < level < 1``."""
+    if num_bootstrap < 1:
+        raise CommandError(f"{option} takes a number of bootstrap replicates >= 1 (e.g. 1000), not {num_bootstrap}.")
+    if not 0 < level < 1:
+        raise CommandError(f"--level must be strictly between 0 and 1 (0.95 for a 95% interval), not {level}.")
+    return num_bootstrap
 
 
 def format_report(
@@ -249,7 +275,7 @@ def format_report(
         summary_line("samples", score.num_samples),
         summary_line("classes", classes),
         summary_line("labels", f"{score.num_labels} positive"),
-        summary_line("lwlrap", f"{score.lwlrap:.6f}"),
+        summary_line("lwlrap", f"{score.lwlrap:.6f}" + _interval_note(score)),
         summary_line("LRAP", f"{score.lrap:.6f}"),
     ]
     table = functools.partial(per_class_table, top=top)
@@ -259,6 +285,13 @@ def format_report(
         if block:
             lines += [""] + block
     return "\n".join(lines)
+
+
+def _interval_note(score: Score) -> str:
+    ci = score.extra.get("ci")
+    if not ci:
+        return ""
+    return f"  {_level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
 
 
 # Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from torch_lwlrap._tie_rules import TIES
+from torch_lwlrap._options import TIES
 from torch_lwlrap.cli._files import (
     CommandError,
     CsvFormatError,
@@ -23,7 +24,14 @@ from torch_lwlrap.cli._files import (
     read_truth,
     select_rows,
 )
-from torch_lwlrap.cli._report import Score, format_report, print_output, summary_line, write_plot
+from torch_lwlrap.cli._report import (
+    Score,
+    check_bootstrap_args,
+    format_report,
+    print_output,
+    summary_line,
+    write_plot,
+)
 
 __all__ = ["add_parser", "run", "score_files"]
 
@@ -35,6 +43,9 @@ def score_files(
     ties: str = "max",
     where: Sequence[Tuple[str, str]] = (),
     classes_path: Optional[str] = None,
+    num_bootstrap: int = 0,
+    level: float = 0.95,
+    seed: int = 0,
 ) -> Score:
     """Read a truth and a submission CSV, match rows by ``fname`` and classes by name, and score them.
 
@@ -44,6 +55,8 @@ def score_files(
         ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule), ``"index"`` (tied scores are
             ordered by the prediction file's column order, leftmost first) or ``"expected"`` (the mean over random
             orders of tied scores).
+        num_bootstrap: with ``B > 0``, bootstrap percentile intervals of lwlrap, overall and per class, at
+            ``level`` (seeded with ``seed``), in ``Score.extra["ci"]``.
         where: ``(column, value)`` conditions on the truth's metadata columns, all of which a truth row must meet
             to be scored (``[("usage", "Public")]``); prediction rows of the other truth rows are left out.
         classes_path: a vocabulary file (:func:`read_classes`): the prediction's columns must be its classes.
@@ -98,6 +111,23 @@ def score_files(
     lwlrap = multilabel_lwlrap(preds, target, ties=ties)
     lrap = multilabel_lrap(preds, target, ties=ties)
     ties_found = tie_report(preds, target)
+    extra = {"ties": ties_found.as_dict()} if ties_found.has_ties else {}
+    if num_bootstrap:
+        from torch_lwlrap.intervals import multilabel_lwlrap_ci
+
+        options = dict(ties=ties, num_bootstrap=num_bootstrap, level=level, seed=seed)
+        _, low, high = multilabel_lwlrap_ci(preds, target, **options)
+        _, class_low, class_high = multilabel_lwlrap_ci(preds, target, average="none", **options)
+        extra["ci"] = {
+            "level": level,
+            "num_bootstrap": num_bootstrap,
+            "seed": seed,
+            "lwlrap": [float(low), float(high)],
+            "per_class": {
+                name: None if math.isnan(lo) else [lo, hi]
+                for name, lo, hi in zip(pred.classes, class_low.tolist(), class_high.tolist())
+            },
+        }
     return Score(
         lwlrap=float(lwlrap),
         lrap=float(lrap),
@@ -108,12 +138,12 @@ def score_files(
         weights=[float(value) for value in weights.tolist()],
         counts=[int(value) for value in counts.tolist()],
         truth_layout=truth.layout,
+        extra=extra,
         metadata_columns=list(truth.metadata),
         where=list(where),
         truth_rows=len(all_truth.fnames),
         ignored_pred_rows=len(pred.fnames) - len(kept_rows),
         vocabulary=classes_path,
-        extra={"ties": ties_found.as_dict()} if ties_found.has_ties else {},
     )
 
 
@@ -181,6 +211,18 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--plot", metavar="OUT.png", help="write a per-class bar chart, worst first (needs matplotlib)"
     )
     parser.add_argument(
+        "--ci",
+        metavar="B",
+        nargs="?",
+        type=int,
+        const=1000,
+        default=None,
+        help="add a bootstrap confidence interval of lwlrap (overall, --per-class rows and --json) from B "
+        "replicates (default B: 1000): the sampling variability of the evaluation set",
+    )
+    parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0): same seed, same interval")
+    parser.add_argument(
         "--ties",
         choices=TIES,
         default="max",
@@ -245,7 +287,11 @@ def run(args: argparse.Namespace) -> int:
                 "--plot needs matplotlib, which is not installed: pip install 'torch-lwlrap[plot]'."
             ) from None
 
-    score = score_files(args.truth, args.pred, ties=args.ties, where=args.where, classes_path=args.classes_path)
+    num_bootstrap = 0 if args.ci is None else check_bootstrap_args(args.ci, args.level, "--ci")
+    score = score_files(
+        args.truth, args.pred, ties=args.ties, where=args.where, classes_path=args.classes_path,
+        num_bootstrap=num_bootstrap, level=args.level, seed=args.seed,
+    )
     if args.plot:
         write_plot(score, args.plot, top=args.top)
 

@@ -1,0 +1,293 @@
+"""Poisson bootstrap statistics: resampling weights, weighted replicate sums, percentile intervals, p-values.
+
+Nothing here knows how ranks or precisions are computed: the callers hand over per-sample (or per-positive) values
+and the sample each belongs to.
+
+**Weights.** Replicate ``b`` gives sample ``s`` of an update an independent Poisson(1) integer weight, the number of
+times the sample is drawn; a sum over samples weighted this way is a bootstrap replicate of the sum, and sums of
+replicates over batches and processes are replicates of the whole sum. The weights come from a counter-based
+generator: a 32-bit integer hash (a "lowbias32" finalizer) of ``(seed, process rank, update counter)``, then of the
+sample's index in the update and of the replicate, turned into Poisson(1) by the inverse of its distribution
+function. It needs no generator state, draws only the weights that are used (the samples with a positive label,
+say), and gives the same weights on every device for the same inputs: a run is reproducible for a given seed, world
+size and batch order, and different ranks or updates draw independent weights. The update counter may be a tensor
+on the device, so drawing costs no host-device sync.
+
+**Workspace.** Weights are drawn and reduced a block of ``(samples, replicates)`` at a time, within
+:data:`BLOCK_ELEMENTS` weights, so temporaries stay bounded (a few times 8 MiB) whatever the number of replicates
+and samples.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+#: Weights drawn per block: int64 temporaries of 8 MiB each (a handful are alive at a time).
+BLOCK_ELEMENTS = 1 << 20
+
+_M32 = 0xFFFFFFFF
+#: Odd multipliers below 2**31, so products of 32-bit values fit in int64 without overflow (lowbias32, 2022 form).
+_MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97
+_GOLDEN = 0x61C88647  # 2**32 - golden ratio * 2**32, below 2**31
+_REPLICATE_SALT = 0x2545F491
+_POISSON_MAX = 16
+
+
+def _mix(x: Union[int, Tensor]) -> Union[int, Tensor]:
+    """32-bit integer hash of a value in ``[0, 2**32)`` (a Python int or an int64 tensor, never in place)."""
+    x = x ^ (x >> 16)
+    x = (x * _MUL1) & _M32
+    x = x ^ (x >> 15)
+    x = (x * _MUL2) & _M32
+    return x ^ (x >> 15)
+
+
+def _mix_(x: Tensor) -> Tensor:
+    """:func:`_mix` in place on an int64 tensor (fewer temporaries)."""
+    x.bitwise_xor_(x >> 16).mul_(_MUL1).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 15).mul_(_MUL2).bitwise_and_(_M32)
+    return x.bitwise_xor_(x >> 15)
+
+
+def _poisson_thresholds() -> Tuple[int, ...]:
+    # u in [0, 2**32) becomes k when CDF(k - 1) <= u / 2**32 < CDF(k): the number of thresholds at or below u.
+    thresholds, cdf, term = [], 0.0, math.exp(-1.0)
+    for k in range(_POISSON_MAX):
+        cdf += term
+        term /= k + 1
+        thresholds.append(min(round(cdf * 2**32), 2**32))
+    return tuple(thresholds)
+
+
+POISSON_THRESHOLDS = _poisson_thresholds()
+
+
+def check_num_bootstrap(num_bootstrap: int, name: str = "num_bootstrap") -> int:
+    if isinstance(num_bootstrap, bool) or not isinstance(num_bootstrap, int) or num_bootstrap < 0:
+        raise ValueError(
+            f"Argument `{name}` must be a non-negative integer (0 turns the bootstrap off), but got "
+            f"{num_bootstrap!r}."
+        )
+    return num_bootstrap
+
+
+def check_seed(seed: Optional[int], name: str = "bootstrap_seed") -> int:
+    """The seed as an int in ``[0, 2**63)``; None draws one from torch's default generator (seed it to repeat)."""
+    if seed is None:
+        return int(torch.randint(0, 2**62, (), dtype=torch.int64))
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"Argument `{name}` must be an integer in [0, 2**63) or None, but got {seed!r}.")
+    return seed
+
+
+def check_level(level: float) -> float:
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(
+            f"Argument `level` must be a number strictly between 0 and 1 (0.95 for a 95% interval), but got "
+            f"{level!r}."
+        )
+    return float(level)
+
+
+def stream_key(seed: int, rank: int, counter: Union[int, Tensor], device=None) -> Tensor:
+    """The key of one update's weights: an int64 scalar on ``device`` (or ``counter``'s), hashed from the seed, the
+    process rank and the update counter. A tensor counter stays on its device: no host-device sync."""
+    key = _mix(seed & _M32)
+    key = _mix(key ^ ((seed >> 32) & _M32))
+    key = _mix(key ^ (rank & _M32))
+    if isinstance(counter, Tensor):
+        return _mix(key ^ (counter.to(torch.int64) & _M32))
+    return torch.tensor(_mix(key ^ (counter & _M32)), dtype=torch.int64, device=device)
+
+
+def _replicate_hashes(key: Tensor, first: int, last: int) -> Tensor:
+    replicate = torch.arange(first, last, dtype=torch.int64, device=key.device)
+    return _mix_(((replicate * _GOLDEN) & _M32) ^ ((key + _REPLICATE_SALT) & _M32))
+
+
+def _sample_hashes(key: Tensor, sample: Tensor) -> Tensor:
+    return _mix_(((sample & _M32) * _GOLDEN + key) & _M32)
+
+
+def _weights(sample_hash: Tensor, replicate_hash: Tensor, thresholds: Tensor) -> Tensor:
+    """``(m, b)`` int32 Poisson(1) weights of ``m`` samples in ``b`` replicates, from their hashes."""
+    u = _mix_(sample_hash.unsqueeze(1) ^ replicate_hash.unsqueeze(0))
+    return torch.bucketize(u, thresholds, out_int32=True, right=True)
+
+
+def _thresholds(device) -> Tensor:
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.tensor(POISSON_THRESHOLDS, dtype=torch.int64)
+    # Filled on the device from scalars: a tensor copied from host memory would wait for the device.
+    return torch.stack([torch.full((), t, dtype=torch.int64, device=device) for t in POISSON_THRESHOLDS])
+
+
+def poisson_weights(key: Tensor, sample: Tensor, num_bootstrap: int) -> Tensor:
+    """``(num_bootstrap, m)`` int64 Poisson(1) weights of the samples with indices ``sample`` ``(m,)``.
+
+    The weight of a sample in a replicate depends only on ``key``, the sample's index and the replicate: the same
+    index always gets the same weight, whichever other samples are drawn with it. (All at once: for tests and small
+    inputs; the reductions below draw a block at a time.)
+    """
+    sample = sample.to(torch.int64)
+    weights = _weights(_sample_hashes(key, sample), _replicate_hashes(key, 0, num_bootstrap), _thresholds(key.device))
+    return weights.t().to(torch.int64)
+
+
+def _blocks(num_rows: int, num_bootstrap: int, width: int = 1):
+    """``(first, last, start, stop)``: replicates ``first:last`` of rows ``start:stop``, with at most
+    :data:`BLOCK_ELEMENTS` weights and ``BLOCK_ELEMENTS`` sums (``width`` per replicate) per block."""
+    per_block = max(1, min(num_bootstrap, BLOCK_ELEMENTS // max(1, width)))
+    rows = max(1, BLOCK_ELEMENTS // per_block)
+    for first in range(0, num_bootstrap, per_block):
+        last = min(first + per_block, num_bootstrap)
+        for start in range(0, num_rows, rows):
+            yield first, last, start, min(start + rows, num_rows)
+
+
+def add_class_sums_(
+    total: Tensor, count: Tensor, key: Tensor, sample: Tensor, group: Tensor, value: Tensor
+) -> None:
+    """Add bootstrap replicates of per-group sums and counts of values to ``total`` ``(B, G)`` float64 and
+    ``count`` ``(B, G)`` int64 (in place).
+
+    Item ``p`` (a positive label, say) belongs to sample ``sample[p]`` and group ``group[p]`` (its class) and carries
+    ``value[p]``; in replicate ``b`` it counts ``w[b, sample[p]]`` times: ``total[b, g] += sum_p w[b, sample[p]]
+    value[p]`` over the items of group ``g``, and ``count[b, g]`` the same sum of weights. The items of a sample must
+    be adjacent (``sample`` sorted, as row-major positions are). On the CPU with numba, a compiled pass draws and
+    adds the weights (:mod:`torch_lwlrap._bootstrap_kernel`, the same weights); elsewhere torch draws them a block at
+    a time. Either way the temporaries stay within a few times :data:`BLOCK_ELEMENTS` elements.
+    """
+    num_bootstrap, num_groups = total.shape
+    device = value.device
+    if num_bootstrap == 0 or value.numel() == 0:
+        return
+    thresholds = _thresholds(device)
+    value = value.to(torch.float64)
+    sample = sample.to(torch.int64)
+    from torch_lwlrap import _bootstrap_kernel
+
+    if _bootstrap_kernel.is_available(device):
+        # Items grouped by sample: one weight per (sample, replicate), drawn and added in one compiled pass, into
+        # (G, replicates) sums for a group of replicates at a time.
+        runs, items = torch.unique_consecutive(sample, return_counts=True)
+        item_start = torch.zeros(runs.numel() + 1, dtype=torch.int64)
+        torch.cumsum(items, 0, out=item_start[1:])
+        sample_hash = _sample_hashes(key, runs)
+        group = group.to(torch.int64).contiguous()
+        value = value.contiguous()
+        per_group = max(1, min(num_bootstrap, BLOCK_ELEMENTS // max(1, num_groups)))
+        for first in range(0, num_bootstrap, per_group):
+            last = min(first + per_group, num_bootstrap)
+            block_total = torch.zeros((num_groups, last - first), dtype=torch.float64)
+            block_count = torch.zeros((num_groups, last - first), dtype=torch.int64)
+            _bootstrap_kernel.class_sums_numba(
+                sample_hash, item_start, group, value, _replicate_hashes(key, first, last), thresholds,
+                block_total, block_count,
+            )
+            total[first:last] += block_total.t()
+            count[first:last] += block_count.t()
+        return
+    sample_hash = _sample_hashes(key, sample)
+    for first, last, start, stop in _blocks(value.numel(), num_bootstrap):
+        weight = _weights(sample_hash[start:stop], _replicate_hashes(key, first, last), thresholds)
+        where = group[start:stop]
+        count[first:last].index_add_(1, where, weight.t().to(torch.int64))
+        weighted = weight.to(torch.float64).mul_(value[start:stop].unsqueeze(1))
+        total[first:last].index_add_(1, where, weighted.t())
+        del weight, weighted
+
+
+def class_sums(
+    key: Tensor, sample: Tensor, group: Tensor, value: Tensor, num_groups: int, num_bootstrap: int
+) -> Tuple[Tensor, Tensor]:
+    """``(sum (B, G) float64, count (B, G) int64)``: :func:`add_class_sums_` into zeros."""
+    total = torch.zeros((num_bootstrap, num_groups), dtype=torch.float64, device=value.device)
+    count = torch.zeros((num_bootstrap, num_groups), dtype=torch.int64, device=value.device)
+    add_class_sums_(total, count, key, sample, group, value)
+    return total, count
+
+
+def add_weighted_sums_(key: Tensor, first_sample: int, pairs) -> None:
+    """For each ``(out (B, k), values (m, k))`` of ``pairs``, add the bootstrap replicates of the sums over the rows
+    of ``values``, row ``s`` being sample ``first_sample + s``: ``out[b] += sum_s w[b, first_sample + s] values[s]``
+    (in place; an integer ``out`` gets the rounded sums, exact for integer values).
+
+    A dense reduction (a product with each block of weights, drawn once for all pairs): no host-device sync, for any
+    device and for rows that are mostly not zero; temporaries within a few times :data:`BLOCK_ELEMENTS` elements.
+    """
+    pairs = [(out, values.to(torch.float64)) for out, values in pairs]
+    num_bootstrap = pairs[0][0].shape[0]
+    num_rows = pairs[0][1].shape[0]
+    width = max(values.shape[1] for _, values in pairs)
+    if num_bootstrap == 0 or num_rows == 0:
+        return
+    device = pairs[0][1].device
+    sample = torch.arange(first_sample, first_sample + num_rows, device=device)
+    from torch_lwlrap import _bootstrap_kernel
+
+    if _bootstrap_kernel.is_available(device):
+        # Each sample's k values are k items of groups 0 .. k-1 (one compiled pass; no (B, rows) weights).
+        for out, values in pairs:
+            k = values.shape[1]
+            items = sample.repeat_interleave(k)
+            group = torch.arange(k, device=device).repeat(num_rows)
+            total = torch.zeros(out.shape, dtype=torch.float64, device=device)
+            add_class_sums_(total, torch.zeros(out.shape, dtype=torch.int64), key, items, group, values.reshape(-1))
+            out += total if out.dtype == torch.float64 else total.round().to(out.dtype)
+        return
+    thresholds = _thresholds(device)
+    sample_hash = _sample_hashes(key, sample)
+    for first, last, start, stop in _blocks(num_rows, num_bootstrap, width):
+        weight = _weights(sample_hash[start:stop], _replicate_hashes(key, first, last), thresholds)
+        weight = weight.to(torch.float64).t()
+        for out, values in pairs:
+            sums = weight @ values[start:stop]
+            out[first:last] += sums if out.dtype == torch.float64 else sums.round_().to(out.dtype)
+            del sums
+        del weight
+
+
+def weighted_sums(key: Tensor, first_sample: int, values: Tensor, num_bootstrap: int) -> Tensor:
+    """``(B, k)`` float64: :func:`add_weighted_sums_` of ``values`` ``(m, k)`` into zeros."""
+    out = torch.zeros((num_bootstrap, values.shape[1]), dtype=torch.float64, device=values.device)
+    add_weighted_sums_(key, first_sample, [(out, values)])
+    return out
+
+
+def percentile_interval(replicates: Tensor, level: float) -> Tuple[Tensor, Tensor]:
+    """``(low, high)`` percentile bounds over the first dimension (the replicates), ignoring NaN replicates.
+
+    The interval holds the central ``level`` share of the replicates (linear interpolation between them). NaN
+    where every replicate is NaN (a class without a positive label).
+    """
+    level = check_level(level)
+    replicates = replicates.to(torch.float64)
+    tail = (1.0 - level) / 2.0
+    q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64, device=replicates.device)
+    if replicates.shape[0] == 0:
+        nan = torch.full(replicates.shape[1:], math.nan, dtype=torch.float64, device=replicates.device)
+        return nan, nan.clone()
+    bounds = torch.nanquantile(replicates, q, dim=0)
+    return bounds[0], bounds[1]
+
+
+def paired_p_value(difference_replicates: Tensor) -> Tensor:
+    """Two-sided bootstrap p-value of "no difference" from replicates of a difference (first dimension).
+
+    ``p = min(1, 2 (min(#{d <= 0}, #{d >= 0}) + 1) / (B + 1))`` over the replicates that are not NaN: twice the
+    smaller tail beyond zero, with the usual +1 so that a finite number of replicates never gives 0. A difference
+    that is 0 in every replicate (identical systems) gets 1.
+    """
+    d = difference_replicates.to(torch.float64)
+    valid = ~torch.isnan(d)
+    below = ((d <= 0) & valid).sum(0).to(torch.float64)
+    above = ((d >= 0) & valid).sum(0).to(torch.float64)
+    num = valid.sum(0).to(torch.float64)
+    p = 2.0 * (torch.minimum(below, above) + 1.0) / (num + 1.0)
+    return torch.where(num > 0, p.clamp(max=1.0), math.nan)

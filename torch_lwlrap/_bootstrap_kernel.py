@@ -1,0 +1,112 @@
+"""Compiled CPU path of :func:`torch_lwlrap._bootstrap.class_sums`: weights drawn and reduced in one pass, with numba.
+
+On the CPU, torch's elementwise integer operations cost tens of nanoseconds per weight (shifts and xors are not
+vectorized), so a hash per weight in torch would cost far more than ranking the batch. This kernel draws each weight
+with the same hash as the torch code (the results are identical) and adds it straight into the replicate sums: no
+``(items, replicates)`` temporary at all. Threads (numba's ``prange``) own blocks of :data:`REPLICATES_PER_BLOCK`
+replicates, so no two write the same sum, and each sum is added in item order: the result does not depend on the
+number of threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from torch_lwlrap._bootstrap import POISSON_THRESHOLDS
+
+try:  # numba is an optional dependency (the "cpu" extra)
+    import numba
+    from numba import njit, prange
+except Exception:  # pragma: no cover - depends on the installation
+    numba = None
+
+#: Replicates per thread's block: one block's sums of a group stay in a few cache lines.
+REPLICATES_PER_BLOCK = 64
+
+
+def is_available(device) -> bool:
+    return numba is not None and torch.device(device).type == "cpu"
+
+
+def class_sums_numba(
+    sample_hash: Tensor,
+    item_start: Tensor,
+    group: Tensor,
+    value: Tensor,
+    replicate_hash: Tensor,
+    thresholds: Tensor,
+    total: Tensor,
+    count: Tensor,
+) -> None:
+    """Add to ``total`` ``(G, B)`` float64 and ``count`` ``(G, B)`` int64 (contiguous) the weighted items.
+
+    Sample ``s`` (hash ``sample_hash[s]``) owns the items ``item_start[s]:item_start[s + 1]``; item ``p`` adds
+    ``w value[p]`` to ``total[group[p], b]`` and ``w`` to ``count[group[p], b]`` with ``w`` the sample's Poisson
+    weight in replicate ``b`` (hash ``replicate_hash[b]``).
+    """
+    _class_sums(
+        sample_hash.numpy(),
+        item_start.numpy(),
+        group.numpy(),
+        value.numpy(),
+        replicate_hash.numpy(),
+        thresholds.numpy(),
+        total.numpy(),
+        count.numpy(),
+        REPLICATES_PER_BLOCK,
+    )
+
+
+if numba is not None:
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _mix(x):
+        # The hash of torch_lwlrap._bootstrap._mix on int64 values in [0, 2**32): products stay below 2**63.
+        mask = np.int64(0xFFFFFFFF)
+        x = x ^ (x >> np.int64(16))
+        x = (x * np.int64(0x21F0AAAD)) & mask
+        x = x ^ (x >> np.int64(15))
+        x = (x * np.int64(0x735A2D97)) & mask
+        return x ^ (x >> np.int64(15))
+
+    # The Poisson thresholds as literal constants (12 of them: the rest equal 2**32, which u never reaches), so the
+    # weight is a branch-free sum of comparisons that the compiler vectorizes over replicates.
+    _T = tuple(t for t in POISSON_THRESHOLDS if t < 2**32)
+    assert len(_T) == 12
+    (_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8, _T9, _T10, _T11) = (np.int64(t) for t in _T)
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _poisson(u):
+        return (
+            np.int64(u >= _T0) + np.int64(u >= _T1) + np.int64(u >= _T2) + np.int64(u >= _T3)
+            + np.int64(u >= _T4) + np.int64(u >= _T5) + np.int64(u >= _T6) + np.int64(u >= _T7)
+            + np.int64(u >= _T8) + np.int64(u >= _T9) + np.int64(u >= _T10) + np.int64(u >= _T11)
+        )
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _class_sums(sample_hash, item_start, group, value, replicate_hash, thresholds, total, count, per_block):
+        num_samples = sample_hash.shape[0]
+        num_replicates = replicate_hash.shape[0]
+        num_blocks = (num_replicates + per_block - 1) // per_block
+        for block in prange(num_blocks):
+            b0 = block * per_block
+            width = min(per_block, num_replicates - b0)
+            hashes = replicate_hash[b0 : b0 + width].copy()
+            weight = np.empty(width, dtype=np.int64)
+            weight_f = np.empty(width, dtype=np.float64)
+            for s in range(num_samples):
+                hs = sample_hash[s]
+                for b in range(width):
+                    w = _poisson(_mix(hs ^ hashes[b]))
+                    weight[b] = w
+                    weight_f[b] = w
+                for p in range(item_start[s], item_start[s + 1]):
+                    g = group[p]
+                    v = value[p]
+                    row_total = total[g, b0 : b0 + width]
+                    row_count = count[g, b0 : b0 + width]
+                    for b in range(width):
+                        row_total[b] += weight_f[b] * v
+                        row_count[b] += weight[b]

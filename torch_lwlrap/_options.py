@@ -1,0 +1,4 @@
+"""Option values every layer shares, kept free of torch so the command line can parse arguments without it."""
+
+#: The tie rules of every ranking function and metric; :mod:`torch_lwlrap._tie_rules` defines them.
+TIES = ("max", "index", "expected")
