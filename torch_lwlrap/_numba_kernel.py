@@ -168,8 +168,11 @@ def _parallel_and_serial(func) -> _ParallelAndSerial:
     serial = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "_serial", func.__defaults__)
     serial.__qualname__ = func.__qualname__ + "_serial"
     serial.__doc__ = func.__doc__
+    # Both copies divide as numpy does (a parallel kernel always does): a NaN row's zero rank then gives a NaN that
+    # the caller's NaN check reports, instead of a ZeroDivisionError from the serial copy only.
     return _ParallelAndSerial(
-        njit(parallel=True, cache=True, nogil=True)(func), njit(cache=True, nogil=True)(serial)
+        njit(parallel=True, cache=True, nogil=True, error_model="numpy")(func),
+        njit(cache=True, nogil=True, error_model="numpy")(serial),
     )
 
 
