@@ -160,6 +160,50 @@ def test_numba_counts_row_strategies(sort_above, block_rows):
     assert [block.nan_found for block in blocks].count(True) == 1
 
 
+@needs_numba
+@pytest.mark.parametrize("levels", [2, 6, 1000])
+@pytest.mark.parametrize("sort_above,block_rows", [(None, 128), (0, 3), (3, 1)])
+def test_numba_deferred_counts_and_untied_sums(levels, sort_above, block_rows):
+    """With defer_untied, the pass writes out the counts of exactly the positives that tie another known label (every
+    positive of a sorted row) and sums the others' precisions, (A_p + 1) / (A + 1), per class and per row."""
+    from torch_lwlrap import _numba_kernel
+
+    preds, target = tie_heavy_case(levels, rows=60, num_classes=9, levels=levels)
+    preds[::4, 1] = preds[::4, 4]  # ties on rows with few of them too
+    known = target != -1
+    positive = (target == 1) & known
+    want = naive_counts(preds, target, -1)
+    sorted_rows = positive.sum(1) > (_numba_kernel.sort_min_positives(9) if sort_above is None else sort_above)
+    deferred_cells, class_sum, row_sum = [], [Fraction(0)] * 9, [Fraction(0)] * 60
+    for i, j in positive.nonzero().tolist():
+        if want["tied"][i][j] > 1 or sorted_rows[i]:
+            deferred_cells.append(i * 9 + j)
+        else:
+            precision = Fraction(want["above_positive"][i][j] + 1, want["above"][i][j] + 1)
+            class_sum[j] += precision
+            row_sum[i] += precision
+    assert 0 < len(deferred_cells) < int(positive.sum()) or sort_above == 0
+    for max_positives in (1, 10, 10**6):
+        blocks = list(_numba_kernel.label_counts_numba(
+            preds, positive, known, sort_above=sort_above, block_rows=block_rows, max_positives=max_positives,
+            defer_untied=True,
+        )[1])
+        assert len(blocks) > 1 or max_positives > 10
+        rows, cols = torch.cat([b.rows for b in blocks]), torch.cat([b.cols for b in blocks])
+        assert (rows * 9 + cols).tolist() == deferred_cells
+        for name in FIELDS:
+            got = torch.cat([getattr(b.counts, name) for b in blocks])
+            assert got.tolist() == [want[name][r][c] for r, c in zip(rows.tolist(), cols.tolist())], name
+        assert [b.untied.start for b in blocks] == list(itertools.accumulate(
+            [0] + [b.untied.sample_label_count.numel() for b in blocks[:-1]]))
+        got_class = sum(b.untied.class_precision_sum for b in blocks)
+        assert got_class.tolist() == pytest.approx([float(v) for v in class_sum], rel=1e-15, abs=0)
+        got_rows = torch.cat([b.untied.sample_precision_sum for b in blocks])
+        assert got_rows.tolist() == pytest.approx([float(v) for v in row_sum], rel=1e-15, abs=0)
+        assert sum(b.untied.class_label_count for b in blocks).tolist() == positive.sum(0).tolist()
+        assert torch.cat([b.untied.sample_label_count for b in blocks]).tolist() == positive.sum(1).tolist()
+
+
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_precision_matches_rule_definitions(ties):
     preds, target = tie_heavy_case(8, rows=30, num_classes=7)

@@ -597,13 +597,26 @@ if numba is not None:
                 sample_sums[i] = total
 
 
+class UntiedSums(NamedTuple):
+    """What :func:`label_counts_numba` with ``defer_untied`` sums in place for a block of rows: every rule gives a
+    positive that ties no other label the same precision, ``(A_p + 1) / (A + 1)``."""
+
+    start: int  #: first row of the block, in the input of :func:`label_counts_numba`
+    class_precision_sum: Tensor  #: (C,) float64, the untied positives' precisions per class
+    class_label_count: Tensor  #: (C,) int64, every positive (untied or not) per class
+    sample_precision_sum: Tensor  #: (n,) float64, the untied positives' precisions per row of the block
+    sample_label_count: Tensor  #: (n,) int64, every positive per row of the block
+
+
 class CompactCounts(NamedTuple):
-    """The counts of the positives of a block of rows, one entry per positive in row-major order."""
+    """The counts of the positives of a block of rows, one entry per positive in row-major order (with
+    ``defer_untied``: per positive that ties another label, or of a sorted row)."""
 
     rows: Tensor  #: (P,) int64, row of each positive in the input of :func:`label_counts_numba`
     cols: Tensor  #: (P,) int64, its column
     counts: "LabelCounts"  #: over (P,), int32, ``positive`` all True
     nan_found: bool  #: ``check_nan`` found a NaN in the block's rows
+    untied: Optional[UntiedSums] = None  #: with ``defer_untied``: the sums of the positives left out of ``counts``
 
 
 def label_counts_numba(
@@ -615,19 +628,29 @@ def label_counts_numba(
     sort_above: Optional[int] = None,
     check_nan: bool = False,
     max_positives: int = 1 << 22,
+    defer_untied: bool = False,
 ):
     """The counts of every positive of a chunk of rows, compact: ``(known labels per row, blocks)``.
 
     The counting pass of :func:`torch_lwlrap._ranking.label_counts_chunks` on the CPU: for each positive ``j`` with
     score ``s``, one pass over its row counts the known labels scoring above ``s``, equal to ``s`` and equal at a
     lower column, and one pass over the row's positives the same among positives (rows with more than
-    ``sort_above`` positives are sorted instead, as in :func:`ranking_sums_numba`).
+    ``sort_above`` positives are sorted instead, as in :func:`ranking_sums_numba`). The labels tied at a lower column
+    are counted only for a positive that ties another label (two whole-row passes and a third only then cost half
+    as much as three passes split at the positive's column).
+
+    With ``defer_untied``, a positive that ties no other label (``g = 1``) is not written out: every tie rule gives
+    it the same precision, ``(A_p + 1) / (A + 1)``, which the pass sums in place per class and per row, in the order
+    of :func:`ranking_sums_numba` (:class:`UntiedSums`). Only the other positives' counts are written out, for a
+    tie rule to reduce (:func:`torch_lwlrap._tie_rules.label_precision`); the positives of sorted rows are all
+    written out.
 
     Args:
         preds, positive, known: as for :func:`ranking_sums_numba`.
         block_rows, sort_above: tuning and tests only, as for :func:`ranking_sums_numba`.
         check_nan: also look for NaN scores, in the same pass over the rows.
         max_positives: positives counted per block of rows (each takes 40 bytes); tests and tuning only.
+        defer_untied: sum the positives that tie no other label in place (see above).
 
     Returns:
         ``(sample_known_count, blocks)``: the int64 ``(N,)`` known labels of each row, counted first, and an
@@ -649,12 +672,12 @@ def label_counts_numba(
     np.cumsum(per_row, out=offsets[1:])
     return known_count, _count_blocks(
         preds, positives, positive_bytes, knowns, known is not None, offsets, block_rows, sort_above, check_nan,
-        max_positives,
+        max_positives, defer_untied,
     )
 
 
 def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, block_rows, sort_above, check_nan,
-                  max_positives):
+                  max_positives, defer_untied):
     from torch_lwlrap._tie_rules import LabelCounts
 
     num_samples, num_classes = preds.shape
@@ -675,15 +698,35 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
         rows = torch.empty(total, dtype=torch.int64)
         cols = torch.empty(total, dtype=torch.int64)
         fields = [torch.empty(total, dtype=torch.int32) for _ in range(6)]
-        nan_flags = np.zeros(max(1, -(-(stop - start) // block_rows)), dtype=np.uint8)
+        num_blocks = max(1, -(-(stop - start) // block_rows))
+        nan_flags = np.zeros(num_blocks, dtype=np.uint8)
+        # Per-block class sums (summed in block order by torch: the result does not depend on the threads) and
+        # per-row sums of the untied positives, and how many positives of each row were written out.
+        sums_shape = (num_blocks, num_classes if defer_untied else 1)
+        class_sums = np.zeros(sums_shape, dtype=np.float64)
+        class_counts = np.zeros(sums_shape, dtype=np.int64)
+        sample_sums = np.zeros(stop - start if defer_untied else 1, dtype=np.float64)
+        written = np.zeros(stop - start if defer_untied else 1, dtype=np.int64)
         if num_classes:
             _run(
-                _count_rows, (stop - start) * num_classes, scores.numpy(), positive_bytes, positive_words, head, knowns, has_known, num_classes, block_rows,
-                sort_above, start, block_offsets, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields],
-                check_nan, nan_flags,
+                _count_rows, (stop - start) * num_classes, scores.numpy(), positive_bytes, positive_words, head,
+                knowns, has_known, num_classes, block_rows, sort_above, start, block_offsets, rows.numpy(),
+                cols.numpy(), *[f.numpy() for f in fields], defer_untied, class_sums, class_counts, sample_sums,
+                written, check_nan, nan_flags,
+            )
+        untied = None
+        if defer_untied:
+            total = _compact_written(block_offsets, written, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields])
+            rows, cols, fields = rows[:total], cols[:total], [f[:total] for f in fields]
+            untied = UntiedSums(
+                start,
+                torch.from_numpy(class_sums).sum(0),
+                torch.from_numpy(class_counts).sum(0),
+                torch.from_numpy(sample_sums),
+                torch.from_numpy(np.diff(block_offsets)),
             )
         yield CompactCounts(rows, cols, LabelCounts(torch.ones(total, dtype=torch.bool), *fields),
-                            bool(nan_flags.any()))
+                            bool(nan_flags.any()), untied)
         start = stop
 
 
@@ -722,29 +765,38 @@ if numba is not None:
             known_count[i] = num_known
 
     @njit(cache=True, nogil=True)
-    def _counts_in_row(row, krow, has_known, j):
-        """``(above, tied, tied_before)`` of the label in column ``j``: vectorized passes over the row (one count
-        per loop: LLVM vectorizes single reductions best)."""
+    def _above_and_tied(row, krow, has_known, j):
+        """``(above, tied)`` of the label in column ``j``: two vectorized passes over the whole row, one count per
+        loop (LLVM vectorizes single reductions over whole rows best: splitting a pass at ``j`` costs twice as much).
+        """
         score = row[j]
         num_classes = row.shape[0]
         above = np.int32(0)
         tied = np.int32(0)
-        before = np.int32(0)
         if has_known:
             for k in range(num_classes):
                 above = np.int32(above + (np.int32(row[k] > score) & np.int32(krow[k])))
-            for k in range(j):
-                before = np.int32(before + (np.int32(row[k] == score) & np.int32(krow[k])))
-            for k in range(j, num_classes):
+            for k in range(num_classes):
                 tied = np.int32(tied + (np.int32(row[k] == score) & np.int32(krow[k])))
         else:
             for k in range(num_classes):
                 above = np.int32(above + np.int32(row[k] > score))
+            for k in range(num_classes):
+                tied = np.int32(tied + np.int32(row[k] == score))
+        return above, tied
+
+    @njit(cache=True, nogil=True)
+    def _tied_before(row, krow, has_known, j):
+        """Labels before column ``j`` with the same score: counted only for a label that ties another."""
+        score = row[j]
+        before = np.int32(0)
+        if has_known:
+            for k in range(j):
+                before = np.int32(before + (np.int32(row[k] == score) & np.int32(krow[k])))
+        else:
             for k in range(j):
                 before = np.int32(before + np.int32(row[k] == score))
-            for k in range(j, num_classes):
-                tied = np.int32(tied + np.int32(row[k] == score))
-        return above, np.int32(tied + before), before
+        return before
 
     @njit(cache=True, nogil=True)
     def _sorted_counts(values, count, column_of, at, above, tied, before):
@@ -811,15 +863,24 @@ if numba is not None:
         tied_positive,
         before,
         positive_before,
+        defer_untied,
+        class_sums,
+        class_counts,
+        sample_sums,
+        written,
         check_nan,
         nan_flags,
     ):
+        """Counts of the positives of rows ``first_row + i``, written from ``offsets[i]`` on; with ``defer_untied``,
+        those that tie no other label summed instead (and ``written[i]`` of the row's positives written)."""
         num_samples = scores.shape[0]
         counts_out = (above, above_positive, tied, tied_positive, before, positive_before)
         for block in prange(-(-num_samples // block_rows)):
             columns = np.empty(num_classes, dtype=np.int64)
             values = np.empty(num_classes, dtype=scores.dtype)
             slots = np.empty(num_classes, dtype=np.int64)
+            acc = class_sums[block]
+            counted = class_counts[block]
             for i in range(block * block_rows, min(num_samples, (block + 1) * block_rows)):
                 row = scores[i]
                 if check_nan:
@@ -835,20 +896,63 @@ if numba is not None:
                     continue
                 row_start = (first_row + i) * num_classes
                 _known_positive_columns(flags, words, head, krow, has_known, row_start, num_classes, columns)
-                for q in range(num_positives):
-                    rows[at + q] = first_row + i
-                    cols[at + q] = columns[q]
+                if defer_untied:
+                    for q in range(num_positives):
+                        counted[columns[q]] += 1
                 if num_positives > sort_above:
+                    for q in range(num_positives):
+                        rows[at + q] = first_row + i
+                        cols[at + q] = columns[q]
                     _sort_row_counts(row, krow, has_known, columns, num_positives, at, counts_out, slots)
+                    if defer_untied:
+                        written[i] = num_positives
                     continue
                 for q in range(num_positives):
                     values[q] = row[columns[q]]
+                positive_values = values[:num_positives]
+                total = 0.0
+                out = at
                 for q in range(num_positives):
-                    a, t, b = _counts_in_row(row, krow, has_known, columns[q])
-                    above[at + q] = a
-                    tied[at + q] = t
-                    before[at + q] = b
-                    a, t, b = _counts_in_row(values[:num_positives], krow, False, q)
-                    above_positive[at + q] = a
-                    tied_positive[at + q] = t
-                    positive_before[at + q] = b
+                    j = columns[q]
+                    a, t = _above_and_tied(row, krow, has_known, j)
+                    a_p, t_p = _above_and_tied(positive_values, krow, False, q)
+                    if defer_untied and t == 1:
+                        precision = (a_p + 1) / (a + 1)
+                        acc[j] += precision
+                        total += precision
+                        continue
+                    rows[out] = first_row + i
+                    cols[out] = j
+                    above[out] = a
+                    above_positive[out] = a_p
+                    tied[out] = t
+                    tied_positive[out] = t_p
+                    before[out] = _tied_before(row, krow, has_known, j) if t > 1 else 0
+                    positive_before[out] = _tied_before(positive_values, krow, False, q) if t_p > 1 else 0
+                    out += 1
+                if defer_untied:
+                    sample_sums[i] = total
+                    written[i] = out - at
+
+    @njit(cache=True, nogil=True)
+    def _compact_written(offsets, written, rows, cols, above, above_positive, tied, tied_positive, before,
+                         positive_before):
+        """Move the ``written[i]`` entries of each row ``i`` (from ``offsets[i]`` on) of the outputs of
+        :func:`_count_rows` to the front; returns how many. Entries only move down, so the moves are done in place.
+        """
+        total = 0
+        for i in range(written.shape[0]):
+            count = written[i]
+            at = offsets[i]
+            if count and at != total:
+                for e in range(count):
+                    rows[total + e] = rows[at + e]
+                    cols[total + e] = cols[at + e]
+                    above[total + e] = above[at + e]
+                    above_positive[total + e] = above_positive[at + e]
+                    tied[total + e] = tied[at + e]
+                    tied_positive[total + e] = tied_positive[at + e]
+                    before[total + e] = before[at + e]
+                    positive_before[total + e] = positive_before[at + e]
+            total += count
+        return total

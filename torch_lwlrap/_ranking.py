@@ -771,17 +771,27 @@ def tie_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None, *,
     label_count = torch.zeros((), dtype=torch.int64, device=device)
     tied_label_count = torch.zeros((), dtype=torch.int64, device=device)
     precision_sum = torch.zeros(len(TIE_SUM_RULES), dtype=torch.float64, device=device)
-    for _, _, _, counts in _counts_blocks(preds, positive, known, check_nan)[1]:
-        label_count += counts.positive.sum()
+    for _, _, _, counts, untied in _counts_blocks(preds, positive, known, check_nan)[1]:
+        if untied is None:
+            label_count += counts.positive.sum()
+        else:  # every positive counted; those that tie no other label have the same precision under every rule
+            label_count += untied.class_label_count.sum()
+            precision_sum += untied.class_precision_sum.sum()
         tied_label_count += (counts.tied > 1).sum()
         precision_sum += torch.stack([label_precision(counts, rule).sum() for rule in TIE_SUM_RULES])
     return TieSums(label_count, tied_label_count, precision_sum)
 
 
 def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], check_nan: bool):
-    """``(known labels per row or None, blocks)``; ``blocks`` iterates ``(start, rows, cols, counts)`` over blocks of
-    rows: compact counts of the positives from the numba pass (``rows`` and ``cols`` of each), or dense ``(n, C)``
-    counts of rows ``start:start+n`` from the sort (``rows`` and ``cols`` None; known labels per row not counted).
+    """``(known labels per row or None, blocks)``; ``blocks`` iterates ``(start, rows, cols, counts, untied)`` over
+    blocks of rows.
+
+    * On the numba path: compact counts of the positives that tie another label (``rows`` and ``cols`` of each), and
+      in ``untied`` (:class:`~torch_lwlrap._numba_kernel.UntiedSums`) the sums of the others' precisions, which no
+      tie rule changes, and the label counts.
+    * Elsewhere: dense ``(n, C)`` counts of rows ``start:start+n`` from the sort (``rows``, ``cols`` and ``untied``
+      None; known labels per row not counted).
+
     With ``check_nan``, a NaN score raises :class:`ScoresContainNaN` (found in the numba pass; elsewhere with one
     more read of the scores and a host-device sync)."""
     num_samples, num_classes = preds.shape
@@ -789,13 +799,15 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
     if _compiled_path(get_engine(), device, preds.dtype)[0] == "numba":
         from torch_lwlrap import _numba_kernel
 
-        known_count, compact = _numba_kernel.label_counts_numba(preds, positive, known, check_nan=check_nan)
+        known_count, compact = _numba_kernel.label_counts_numba(
+            preds, positive, known, check_nan=check_nan, defer_untied=True
+        )
 
         def compact_blocks():
             for block in compact:
                 if block.nan_found:
                     raise ScoresContainNaN("`preds` contains NaN.")
-                yield 0, block.rows, block.cols, block.counts
+                yield 0, block.rows, block.cols, block.counts, block.untied
 
         return known_count, compact_blocks()
     if check_nan and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
@@ -809,7 +821,7 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
         for start in range(0, num_samples, rows):
             stop = min(start + rows, num_samples)
             block_known = None if known is None else known[start:stop]
-            yield start, None, None, dense_label_counts(preds[start:stop], positive[start:stop], block_known)
+            yield start, None, None, dense_label_counts(preds[start:stop], positive[start:stop], block_known), None
 
     return None, dense_blocks()
 
@@ -835,15 +847,19 @@ def _sums_from_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor], 
             sample_label_count,
             sample_known_count,
         )
-    for start, rows, cols, counts in blocks:
+    for start, rows, cols, counts, untied in blocks:
         precision = label_precision(counts, ties)
         if rows is None:
             sums.class_precision_sum.add_(precision.sum(0))
             torch.sum(precision, 1, out=sums.sample_precision_sum[start : start + precision.shape[0]])
             continue
-        # index_add_ on the CPU adds in order: the sums do not depend on the number of threads.
+        # The positives that tie no other label, summed by the pass; then the others, added in order (index_add_ on
+        # the CPU adds in order: the sums do not depend on the number of threads).
+        stop = untied.start + untied.sample_precision_sum.shape[0]
+        sums.class_precision_sum.add_(untied.class_precision_sum)
+        sums.class_label_count.add_(untied.class_label_count)
+        sums.sample_precision_sum[untied.start : stop] = untied.sample_precision_sum
+        sums.sample_label_count[untied.start : stop] = untied.sample_label_count
         sums.class_precision_sum.index_add_(0, cols, precision)
-        sums.class_label_count.add_(torch.bincount(cols, minlength=num_classes))
         sums.sample_precision_sum.index_add_(0, rows, precision)
-        sums.sample_label_count.add_(torch.bincount(rows, minlength=num_samples))
     return sums
