@@ -643,7 +643,9 @@ def label_counts_numba(
     it the same precision, ``(A_p + 1) / (A + 1)``, which the pass sums in place per class and per row, in the order
     of :func:`ranking_sums_numba` (:class:`UntiedSums`). Only the other positives' counts are written out, for a
     tie rule to reduce (:func:`torch_lwlrap._tie_rules.label_precision`); the positives of sorted rows are all
-    written out.
+    written out. The labels tied at a lower column (``tied_before``, which only the column-order rule ``"index"``
+    needs: :func:`ranking_sums_numba` applies it itself) are then not counted, and written as -1: a pass over the
+    start of the row per tied positive would cost more than the whole rest of the work on saturated scores.
 
     Args:
         preds, positive, known: as for :func:`ranking_sums_numba`.
@@ -906,6 +908,7 @@ if numba is not None:
                     _sort_row_counts(row, krow, has_known, columns, num_positives, at, counts_out, slots)
                     if defer_untied:
                         written[i] = num_positives
+                        before[at : at + num_positives] = -1  # not counted with defer_untied (see below)
                     continue
                 for q in range(num_positives):
                     values[q] = row[columns[q]]
@@ -927,7 +930,10 @@ if numba is not None:
                     above_positive[out] = a_p
                     tied[out] = t
                     tied_positive[out] = t_p
-                    before[out] = _tied_before(row, krow, has_known, j) if t > 1 else 0
+                    if defer_untied:  # no rule reduced over deferred counts needs it: the column-order rule
+                        before[out] = -1  # ("index") is the fused kernel's (:func:`ranking_sums_numba`)
+                    else:
+                        before[out] = _tied_before(row, krow, has_known, j) if t > 1 else 0
                     positive_before[out] = _tied_before(positive_values, krow, False, q) if t_p > 1 else 0
                     out += 1
                 if defer_untied:

@@ -848,7 +848,10 @@ def _sums_from_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor], 
             sample_known_count,
         )
     for start, rows, cols, counts, untied in blocks:
-        precision = label_precision(counts, ties)
+        if rows is not None and not rows.numel():  # no tied positive: the pass summed every precision
+            precision = None
+        else:
+            precision = label_precision(counts, ties)
         if rows is None:
             sums.class_precision_sum.add_(precision.sum(0))
             torch.sum(precision, 1, out=sums.sample_precision_sum[start : start + precision.shape[0]])
@@ -860,6 +863,7 @@ def _sums_from_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor], 
         sums.class_label_count.add_(untied.class_label_count)
         sums.sample_precision_sum[untied.start : stop] = untied.sample_precision_sum
         sums.sample_label_count[untied.start : stop] = untied.sample_label_count
-        sums.class_precision_sum.index_add_(0, cols, precision)
-        sums.sample_precision_sum.index_add_(0, rows, precision)
+        if precision is not None:
+            sums.class_precision_sum.index_add_(0, cols, precision)
+            sums.sample_precision_sum.index_add_(0, rows, precision)
     return sums
