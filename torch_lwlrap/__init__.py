@@ -27,6 +27,7 @@ __all__ = [
     "MultilabelRankingLoss",
     "MultilabelRankingMetrics",
     "MultilabelRetrievalAtK",
+    "MultilabelTieReport",
     "TieReport",
     "__version__",
     "compare_lwlrap",
@@ -80,7 +81,7 @@ def __getattr__(name: str) -> Any:
         from torch_lwlrap import _tie_report
 
         return getattr(_tie_report, name)
-    if name in ("MultilabelLWLRAP", "MultilabelLRAP"):
+    if name in ("MultilabelLWLRAP", "MultilabelLRAP", "MultilabelTieReport"):
         from torch_lwlrap import metrics
 
         return getattr(metrics, name)

@@ -788,7 +788,8 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
 
     * On the numba path: compact counts of the positives that tie another label (``rows`` and ``cols`` of each), and
       in ``untied`` (:class:`~torch_lwlrap._numba_kernel.UntiedSums`) the sums of the others' precisions, which no
-      tie rule changes, and the label counts.
+      tie rule changes, and the label counts. ``tied_before`` is not counted there (-1): every rule but ``"index"``
+      (which :func:`ranking_sums` leaves to the kernels) can be reduced over these counts.
     * Elsewhere: dense ``(n, C)`` counts of rows ``start:start+n`` from the sort (``rows``, ``cols`` and ``untied``
       None; known labels per row not counted).
 

@@ -7,7 +7,7 @@ predictions are kept or gathered, and ``forward`` needs no full state update.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -21,6 +21,8 @@ from torch_lwlrap._checks import (
     check_ties,
 )
 from torch_lwlrap import _bootstrap
+from torch_lwlrap._ranking import TIE_SUM_RULES, TieSums
+from torch_lwlrap._tie_report import TieReport, tie_sums_update
 from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
 from torch_lwlrap.functional import (
     _check_batch,
@@ -37,7 +39,7 @@ from torch_lwlrap.intervals import (
     _lwlrap_replicates,
 )
 
-__all__ = ["MultilabelLWLRAP", "MultilabelLRAP"]
+__all__ = ["MultilabelLWLRAP", "MultilabelLRAP", "MultilabelTieReport"]
 
 
 def _add_options_tag(metric: Metric, num_labels: int, ties: str, ignore_index: Optional[int]) -> None:
@@ -508,3 +510,97 @@ class MultilabelLRAP(_Bootstrap, Metric):
             >>> fig, ax = metric.plot(values)
         """
         return self._plot(val, ax)
+
+
+class MultilabelTieReport(Metric):
+    r"""The tie report of :func:`torch_lwlrap.tie_report`, accumulated over batches: how much tied scores can move
+    lwlrap.
+
+    The state is sums only, summed across processes: ``label_count`` and ``tied_label_count`` (int64 scalars) and
+    ``precision_sum`` (float64, one sum of precisions per rule: ``"max"``, ``"expected"``, and the best and worst
+    orders of tied scores). Each batch is ranked once for all of them.
+
+    :meth:`compute` gives float64 scalars to log (``self.log_dict(metric.compute())``): ``tied_share``, the share of
+    positive labels whose score equals another label's in their sample, and lwlrap under ``"max"``, under
+    ``"expected"`` and in the best and worst orders. :meth:`report` gives the :class:`~torch_lwlrap.TieReport`.
+
+    Args:
+        num_labels: the number of classes ``C``.
+        ignore_index: target value marking unknown labels, removed from their sample's ranking.
+        validate_args: check input values (one host-device sync per batch); with False, ``update`` never syncs.
+        kwargs: passed to :class:`torchmetrics.Metric`.
+
+    Example:
+        >>> import torch
+        >>> from torch_lwlrap import MultilabelTieReport
+        >>> metric = MultilabelTieReport(num_labels=4)
+        >>> metric.update(torch.tensor([[1.0, 1.0, 1.0, 0.2]]), torch.tensor([[1, 0, 1, 0]]))
+        >>> metric.update(torch.tensor([[0.9, 0.1, 0.4, 0.3]]), torch.tensor([[0, 0, 1, 0]]))
+        >>> values = metric.compute()  # 2 of 3 positives tied with a negative at 1.0
+        >>> round(values["tied_share"].item(), 4), round(values["lwlrap_max"].item(), 4)  # (2/3 + 2/3 + 1/2) / 3
+        (0.6667, 0.6111)
+        >>> round(values["lwlrap_worst"].item(), 4), round(values["lwlrap_best"].item(), 4)  # 1/2 + 2/3, or 1 + 1
+        (0.5556, 0.8333)
+        >>> round(values["lwlrap_expected"].item(), 4)  # 29/36 for each tied positive
+        0.7037
+        >>> metric.report().tied_label_count
+        2
+    """
+
+    is_differentiable: bool = False
+    higher_is_better: Optional[bool] = None
+    full_state_update: bool = False
+
+    label_count: Tensor
+    tied_label_count: Tensor
+    precision_sum: Tensor
+
+    def __init__(
+        self, num_labels: int, *, ignore_index: Optional[int] = None, validate_args: bool = True, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.num_labels = check_num_labels(num_labels)
+        self.ignore_index = check_ignore_index(ignore_index)
+        self.validate_args = validate_args
+        _add_options_tag(self, num_labels, "expected", self.ignore_index)
+        self.add_state("label_count", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
+        self.add_state("tied_label_count", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
+        self.add_state("precision_sum", torch.zeros(len(TIE_SUM_RULES), dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, target: Tensor) -> None:
+        """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``.
+
+        A rejected batch raises before anything changes: the state keeps the batches accumulated before it.
+        """
+        _check_device(self, preds)
+        sums = tie_sums_update(preds, target, self.num_labels, self.ignore_index, self.validate_args)
+        # Out of place, as in MultilabelLWLRAP.update: the state may have been made under torch.inference_mode().
+        self.label_count = self.label_count + sums.label_count
+        self.tied_label_count = self.tied_label_count + sums.tied_label_count
+        self.precision_sum = self.precision_sum + sums.precision_sum
+
+    def forward(self, preds: Tensor, target: Tensor) -> Dict[str, Tensor]:
+        """Add a batch and return the :meth:`compute` of this batch alone (``metric(preds, target)``)."""
+        # torchmetrics' forward empties the state before calling update: check the batch first.
+        _check_device(self, preds)
+        _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
+        with _values_checked(self):
+            return super().forward(preds, target)
+
+    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelTieReport":
+        return _apply_keeping_float64(self, fn, exclude_state, ("precision_sum",))
+
+    def compute(self) -> Dict[str, Tensor]:
+        """``tied_share`` and lwlrap under ``"max"``, ``"expected"``, the best and the worst order of tied scores,
+        as float64 scalars on the metric's device (NaN without positive label; no host-device sync)."""
+        count = self.label_count.to(torch.float64)
+        values = {"tied_share": self.tied_label_count / count}
+        for rule, total in zip(TIE_SUM_RULES, self.precision_sum.unbind()):
+            values[f"lwlrap_{rule}"] = total / count
+        return values
+
+    def report(self) -> TieReport:
+        """The :class:`~torch_lwlrap.TieReport` of all accumulated batches (synced across processes as
+        :meth:`compute` is; reads the values on the host)."""
+        with self.sync_context(should_sync=self.sync_on_compute, should_unsync=self._should_unsync):
+            return TieReport.from_sums(TieSums(self.label_count, self.tied_label_count, self.precision_sum))
