@@ -19,7 +19,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.reference import naive_lrap, naive_lwlrap
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP
+from tests.test_tie_report import brute_force_range, tied_positives
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, MultilabelTieReport
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -34,6 +35,7 @@ METRICS = {
     "lwlrap-none": dict(average="none", ties="max"),
     "lrap": dict(ties="max"),
     "lrap-index": dict(ties="index"),
+    "tie-report": dict(),
 }
 
 # batch indices per rank: uneven shards, and each rank in turn without any batch
@@ -48,6 +50,8 @@ STEPS = [(0, 1), (2, 3), (4, None)]
 
 def make_metric(name: str, **kwargs):
     options = dict(METRICS[name], ignore_index=IGNORE, **kwargs)
+    if name == "tie-report":
+        return MultilabelTieReport(NUM_LABELS, **options)
     if name.startswith("lwlrap"):
         return MultilabelLWLRAP(NUM_LABELS, **options)
     return MultilabelLRAP(NUM_LABELS, **options)
@@ -75,12 +79,17 @@ def empty_batch():
     )
 
 
+def as_tensor(value):
+    """A metric's value as one float64 tensor: the tie report's values stacked in order."""
+    return torch.stack(list(value.values())) if isinstance(value, dict) else value
+
+
 def step(metric, batch, *, forward=False):
     preds, target, weight = batch
     call = metric if forward else metric.update
     if isinstance(metric, MultilabelLRAP):
         return call(preds, target, sample_weight=weight)
-    return call(preds, target)
+    return as_tensor(call(preds, target))
 
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
@@ -106,7 +115,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
                 for index in shards[rank]:
                     step(metric, batches[index])
                 gathered_shapes.clear()
-                results["value"][scenario, name] = metric.compute()
+                results["value"][scenario, name] = as_tensor(metric.compute())
                 results["gathered"][scenario, name] = list(gathered_shapes)
                 metric.sync()
                 results["synced_states"][scenario, name] = {
@@ -114,7 +123,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
                 }
                 metric.unsync()
                 step(metric, batches[4])  # still accumulating locally after compute, sync and unsync
-                results["value"][scenario + " then batch 4 on both ranks", name] = metric.compute()
+                results["value"][scenario + " then batch 4 on both ranks", name] = as_tensor(metric.compute())
         for name in METRICS:
             metric = make_metric(name, dist_sync_on_step=True)
             values = []
@@ -122,7 +131,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
                 index = pair[rank]
                 values.append(step(metric, empty_batch() if index is None else batches[index], forward=True))
             results["steps"][name] = values
-            results["value"]["dist_sync_on_step", name] = metric.compute()
+            results["value"]["dist_sync_on_step", name] = as_tensor(metric.compute())
     results["warnings"] = [str(w.message) for w in caught]
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.barrier()
@@ -133,13 +142,18 @@ def single_process(name, batches):
     metric = make_metric(name)
     for batch in batches:
         step(metric, batch)
-    return metric.compute()
+    return as_tensor(metric.compute())
 
 
 def naive(name, batches):
     preds = torch.cat([b[0] for b in batches]).numpy()
     target = torch.cat([b[1] for b in batches]).numpy()
     options = METRICS[name]
+    if name == "tie-report":  # tied share, lwlrap under max and expected, and its range over every tie order
+        low, high = brute_force_range(preds.tolist(), target.tolist(), IGNORE)
+        tied, count = tied_positives(preds.tolist(), target.tolist(), IGNORE)
+        max_value, expected_value = (naive_lwlrap(preds, target, rule, IGNORE) for rule in ("max", "expected"))
+        return [tied / count, max_value, expected_value, float(high), float(low)]
     if name.startswith("lrap"):
         weight = torch.cat([b[2] for b in batches]).numpy()
         return naive_lrap(preds, target, options["ties"], IGNORE, weight)
@@ -212,7 +226,10 @@ def test_only_fixed_size_sums_are_synced(rank_results, name):
     for results in rank_results:
         for scenario in SHARDS:
             states = results["synced_states"][scenario, name]
-            if name.startswith("lwlrap"):
+            if name == "tie-report":
+                assert states["precision_sum"] == ((4,), "torch.float64")
+                assert states["label_count"] == states["tied_label_count"] == ((), "torch.int64")
+            elif name.startswith("lwlrap"):
                 assert states["precision_sum"] == ((NUM_LABELS,), "torch.float64")
                 assert states["label_count"] == ((NUM_LABELS,), "torch.int64")
             else:

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.reference import naive_lrap, naive_lwlrap
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, MultilabelTieReport
 from torch_lwlrap._ranking import use_engine
 
 aten = torch.ops.aten
@@ -97,6 +97,7 @@ METRICS = {
     "lwlrap-macro": lambda **kw: MultilabelLWLRAP(NUM_LABELS, average="macro", **kw),
     "lrap": lambda **kw: MultilabelLRAP(NUM_LABELS, **kw),
     "lrap-weighted": lambda **kw: MultilabelLRAP(NUM_LABELS, **kw),
+    "tie-report": lambda ties="max", **kw: MultilabelTieReport(NUM_LABELS, **kw),  # every rule at once
 }
 TARGET_DTYPES = [torch.bool, torch.int64, torch.float32]
 
