@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from torchmetrics import MetricCollection  # noqa: E402
 
 from tests.reference import naive_lrap, naive_lwlrap, naive_lwlrap_per_class  # noqa: E402
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP  # noqa: E402
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, MultilabelTieReport  # noqa: E402
 from torch_lwlrap.plot import plot_per_class  # noqa: E402
 
 NUM_LABELS = 6
@@ -85,6 +85,26 @@ def test_collection_keeps_the_two_metrics_in_separate_compute_groups():
     preds, target = cat(batches)
     assert_value(values["MultilabelLWLRAP"], naive_lwlrap(preds, target))
     assert_value(values["MultilabelLRAP"], naive_lrap(preds, target))
+
+
+def test_collection_with_the_tie_report_beside_lwlrap_expected():
+    # Both tagged with "expected" and the same options: their states differ in names, so they never share a group.
+    batches = make_batches(5)
+    collection = MetricCollection(
+        {"lwlrap": MultilabelLWLRAP(NUM_LABELS, ties="expected"), "ties": MultilabelTieReport(NUM_LABELS)}
+    )
+    for preds, target in batches:
+        collection.update(preds, target)
+    assert sorted(sorted(members) for members in collection.compute_groups.values()) == [["lwlrap"], ["ties"]]
+    preds, target = cat(batches)
+    values = collection.compute()
+    expected = naive_lwlrap(preds, target, ties="expected")
+    assert_value(values["lwlrap"], expected)
+    # The report's dict is flattened into the collection's (key names differ across torchmetrics versions).
+    [report_expected] = [value for key, value in values.items() if key.endswith("lwlrap_expected")]
+    assert_value(report_expected, expected)
+    [report_max] = [value for key, value in values.items() if key.endswith("lwlrap_max")]
+    assert_value(report_max, naive_lwlrap(preds, target, ties="max"))
 
 
 def test_collection_forward_returns_batch_values_and_accumulates():
