@@ -134,7 +134,17 @@ def test_latency_benchmark_runs_each_case_in_a_fresh_process(tmp_path):
     assert "| 2048 x 527 | numba |" in (tmp_path / "latency.md").read_text()
 
 
-@pytest.mark.parametrize("module", ["benchmarks.run", "benchmarks.crossover", "benchmarks.latency"])
+def test_ties_benchmark_writes_its_tables(tmp_path):
+    # A smoke run (no time asserted): every case and entry is timed, and the tied share is the report's.
+    run_module("benchmarks.ties", "--samples", "60", "--classes", "12", "--repeats", "2", tmp_path=tmp_path)
+    report = json.loads((tmp_path / "ties.json").read_text())
+    assert [case["tied_share"] for case in report["cases"]][::3] == [0.0, 1.0]  # continuous scores; all zero
+    for case in report["cases"]:
+        assert set(case["seconds"]) == {"max", "expected", "tie_report"} and min(case["seconds"].values()) > 0
+    assert "| expected / max |" in (tmp_path / "ties.md").read_text()
+
+
+@pytest.mark.parametrize("module", ["benchmarks.run", "benchmarks.crossover", "benchmarks.latency", "benchmarks.ties"])
 def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
     # Without --out a run must never overwrite the committed results in benchmarks/results.
     import argparse
