@@ -239,7 +239,12 @@ def test_expected_precision_is_mean_over_every_tie_order(levels):
                     assert abs(Fraction(got) - want[j]) <= want[j] * Fraction(1, 10**12), (path, i, j)
 
 
-def test_expected_formula_on_wide_rows_against_fractions():
+#: The evaluations of "expected": the torch expressions (any device; the torch engines) and the compiled CPU pass.
+EVALUATIONS = ["sort"] + (["numba"] if HAS_NUMBA else [])
+
+
+@pytest.mark.parametrize("engine", EVALUATIONS)
+def test_expected_formula_on_wide_rows_against_fractions(engine):
     """Wide rows (A up to 10^6, g up to 3000): the closed form against the issue's sum, in exact fractions."""
     cases = [(a, ap, g, p) for a in (0, 5, 31, 32, 33, 100, 10**4, 10**6) for g in (1, 2, 3, 40, 3000)
              for ap, p in ((0, 1), (a // 2, max(1, g // 2)), (a, g))]
@@ -247,17 +252,54 @@ def test_expected_formula_on_wide_rows_against_fractions():
     above, above_positive, tied, tied_positive = fields
     counts = LabelCounts(torch.ones(len(cases), dtype=torch.bool), above, above_positive, tied, tied_positive,
                          torch.zeros_like(tied), torch.zeros_like(tied))
-    got = label_precision(counts, "expected").tolist()
+    with use_engine(engine):
+        got = label_precision(counts, "expected").tolist()
     for (a, ap, g, p), value in zip(cases, got):
         share = Fraction(p - 1, g - 1) if g > 1 else Fraction(0)
         want = sum(((ap + 1 + (k - 1) * share) / Fraction(a + k) for k in range(1, g + 1)), Fraction(0)) / g
         assert abs(Fraction(value) - want) <= want * Fraction(1, 10**12), (a, ap, g, p, value, float(want))
 
 
-def test_harmonic_sums_against_fractions():
+@needs_numba
+def test_compiled_and_torch_evaluations_of_expected_agree(monkeypatch):
+    """Both evaluations over a grid that takes every branch (tables only, series with small and large g/x, r = 1),
+    with the dense counts' non-positive entries (zeros) masked; and the torch engines never call the compiled one."""
+    from torch_lwlrap import _numba_rules
+
+    generator = torch.Generator().manual_seed(11)
+    size = 20000
+    above = torch.randint(0, 3000, (size,), generator=generator, dtype=torch.int32)
+    above[: size // 4] = torch.randint(0, 40, (size // 4,), generator=generator, dtype=torch.int32)
+    tied = torch.randint(1, 400, (size,), generator=generator, dtype=torch.int32)
+    tied[::7] = 1
+    tied[1::7] = 2
+    tied_positive = torch.minimum(tied, torch.randint(1, 50, (size,), generator=generator, dtype=torch.int32))
+    above_positive = torch.minimum(above, torch.randint(0, 50, (size,), generator=generator, dtype=torch.int32))
+    positive = torch.rand(size, generator=generator) < 0.9
+    counts = LabelCounts(positive, *(torch.where(positive, field, 0) for field in
+                                     (above, above_positive, tied, tied_positive)), torch.zeros_like(tied),
+                         torch.zeros_like(tied))
+    with use_engine("numba"):
+        compiled = label_precision(counts, "expected")
+    with use_engine("sort"):
+        monkeypatch.setattr(_numba_rules, "expected_precision", None)  # a call would fail
+        plain = label_precision(counts, "expected")
+    assert compiled.dtype == plain.dtype == torch.float64
+    assert (compiled[~positive] == 0).all() and (plain[~positive] == 0).all()
+    torch.testing.assert_close(compiled, plain, rtol=2e-15, atol=0)
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["one-call", "one-pair-per-call"])
+def test_harmonic_sums_against_fractions(together):
+    # One pair per call too: on the CPU a call skips the series when no entry needs it.
     pairs = [(a, g) for a in (0, 1, 7, 31, 32, 33, 64, 999, 10**5) for g in (0, 1, 2, 3, 31, 32, 33, 1000)]
-    s, t = harmonic_sums(torch.tensor([a for a, _ in pairs]), torch.tensor([g for _, g in pairs]))
-    for (a, g), got_s, got_t in zip(pairs, s.tolist(), t.tolist()):
+    if together:
+        s, t = harmonic_sums(torch.tensor([a for a, _ in pairs]), torch.tensor([g for _, g in pairs]))
+        s, t = s.tolist(), t.tolist()
+    else:
+        sums = [harmonic_sums(torch.tensor([a]), torch.tensor([g])) for a, g in pairs]
+        s, t = [v[0].item() for v in sums], [v[1].item() for v in sums]
+    for (a, g), got_s, got_t in zip(pairs, s, t):
         want_s = sum((Fraction(1, a + k) for k in range(1, g + 1)), Fraction(0))
         want_t = sum((Fraction(k - 1, a + k) for k in range(1, g + 1)), Fraction(0))
         for got, want in ((got_s, want_s), (got_t, want_t)):

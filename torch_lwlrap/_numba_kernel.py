@@ -16,6 +16,10 @@ row by row, with no ``(N, C)`` temporary:
   (``O(C log C)``). Under ``ties="index"`` a score tied with another is counted again in a pass over its row.
   Counting is so cheap (vectorized compares, a few hundredths of a nanosecond per score) that sorting only wins on
   dense rows of wide label spaces: more than about 2,100 positives out of 10,000 (``benchmarks/crossover.py``).
+* For the tie rules that are reductions over per-positive counts (``"expected"``, the tie report), the counting
+  pass (:func:`label_counts_numba`) counts the labels above and equal to each positive in two vectorized passes; with
+  ``defer_untied`` it sums the precision of a positive that ties no other label in place and writes out the counts
+  of the others only.
 * The precision ``hits / rank`` is one float64 division of two integers, as on every path. Per-sample sums are
   stored by the thread that owns the row; per-class sums are added per block to a ``(blocks, C)`` float64
   workspace that torch then sums in block order: the result does not depend on the number of threads.

@@ -36,9 +36,14 @@ Per-positive counts
 a function of (:class:`~torch_lwlrap._tie_rules.LabelCounts`: labels scored strictly higher, labels tied with it,
 tied labels at a lower column, and the positives among each), as dense ``(n, C)`` tensors a chunk of rows at a time;
 :func:`~torch_lwlrap._tie_rules.label_precision` turns them into each positive's precision under a tie rule. On the
-CPU a compiled pass counts them (:func:`torch_lwlrap._numba_kernel.label_counts_numba`: a pass over the row per
+CPU a compiled pass counts them (:func:`torch_lwlrap._numba_kernel.label_counts_numba`: two passes over the row per
 positive, or a sort for rows with very many positives); elsewhere, and without numba, a stable sort of each row
 (:func:`dense_label_counts`, no host-device sync). The Triton kernel does not count them: CUDA tensors take the sort.
+
+``"max"`` and ``"index"`` are applied by the kernels themselves (:func:`ranking_sums`). The other rules
+(``"expected"``, and the best and worst orders of :func:`tie_sums`) are reductions over the counts: on the numba path
+the pass sums in place the precision of every positive that ties no other label, the same under every rule, and hands
+over the counts of the others only (most positives tie nothing), for :func:`label_precision`.
 """
 
 from __future__ import annotations

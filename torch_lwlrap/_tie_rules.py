@@ -23,6 +23,11 @@ the precision of the label under each rule (:func:`label_precision`) is
 
 Because lwlrap and LRAP are sums of precisions over fixed counts, their expectations over tie orders are the sums of
 these expectations: exact, not sampled. Without ties (``g = 1``) the three rules agree.
+
+The closed form is written here once, in torch, for every device. On the CPU, where the engine may use numba, the
+same formula with the same tables and constants is evaluated by one compiled pass over the counts
+(:mod:`torch_lwlrap._numba_rules`): the torch expressions make about a hundred temporaries, which cost more than
+the arithmetic there.
 """
 
 from __future__ import annotations
@@ -81,6 +86,11 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
     elif ties == "index":
         precision = (above_positive + counts.tied_positive_before + 1) / (above + counts.tied_before + 1)
     elif ties == "expected":
+        if _compiled_on_cpu(counts.above):
+            from torch_lwlrap import _numba_rules
+
+            precision = _numba_rules.expected_precision(*counts[1:5])
+            return torch.where(counts.positive, precision, 0.0)
         precision = (above_positive + 1) / (above + 1)  # the value without a tie (g = 1)
         if precision.device.type == "cpu":
             # Most positives tie with no other label: the closed form for the others only (all of them for the
@@ -103,6 +113,20 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
     return torch.where(counts.positive, precision, 0.0)
 
 
+def _compiled_on_cpu(counts: Tensor) -> bool:
+    """Whether ``"expected"`` is evaluated by the compiled pass of :mod:`torch_lwlrap._numba_rules`: CPU counts,
+    numba installed and the engine free to use it (``"auto"`` or ``"numba"``; the torch paths stay torch only)."""
+    if counts.device.type != "cpu":
+        return False
+    from torch_lwlrap._ranking import get_engine
+
+    if get_engine() not in ("auto", "numba"):
+        return False
+    from torch_lwlrap import _numba_rules
+
+    return _numba_rules.available()
+
+
 def _expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:
     """``((A_p + 1) S + (p-1)/(g-1) T) / g``, float64 (see the module's docstring)."""
     s, t = harmonic_sums(above, tied)
@@ -122,6 +146,12 @@ def _expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tie
 # the rest from the series at A = _SMALL: every piece is a sum of positive terms, so nothing cancels.
 
 _SMALL = 32
+
+#: ``_tail``'s coefficients, in Horner's order; ``u - log1p(u)`` comes from a series of ``_SERIES_TERMS`` terms for
+#: ``u <= _SERIES_BELOW``. Shared with the compiled CPU evaluation (:mod:`torch_lwlrap._numba_rules`).
+_TAIL_COEFFICIENTS = (1 / 132, -1 / 240, 1 / 252, -1 / 120, 1 / 12)
+_SERIES_TERMS = 14
+_SERIES_BELOW = 0.5
 
 
 _tables_on = {}
@@ -154,16 +184,20 @@ def _u_minus_log1p(u: Tensor) -> Tensor:
     """
     v = u / (2 + u)
     v2 = v * v
-    series = torch.zeros_like(v)
-    for k in range(13, -1, -1):  # sum_{k>=0} v^(2k) / (2k+3), enough terms for v <= 0.2
-        series = series * v2 + 1.0 / (2 * k + 3)
-    small = 2 * v2 * (1 / (1 - v) - v * series)
-    return torch.where(u <= 0.5, small, u - torch.log1p(u))
+    # sum_{k>=0} v^(2k) / (2k+3) by Horner's rule, in place; 14 terms are enough for v <= 0.2.
+    series = torch.full_like(v, 1.0 / (2 * (_SERIES_TERMS - 1) + 3))
+    for k in range(_SERIES_TERMS - 2, -1, -1):
+        series.mul_(v2).add_(1.0 / (2 * k + 3))
+    small = (1 / (1 - v)).sub_(series.mul_(v)).mul_(v2).mul_(2)
+    return torch.where(u <= _SERIES_BELOW, small, u - torch.log1p(u))
 
 
 def _tail(z2: Tensor) -> Tensor:
     """``c(z) - 1/(2z)`` from ``z2 = 1/z^2``, by Horner's rule."""
-    return z2 * (1 / 12 + z2 * (-1 / 120 + z2 * (1 / 252 + z2 * (-1 / 240 + z2 / 132))))
+    acc = z2 * _TAIL_COEFFICIENTS[0]  # Horner's rule, in place
+    for coefficient in _TAIL_COEFFICIENTS[1:]:
+        acc.add_(coefficient).mul_(z2)
+    return acc
 
 
 def _series_sums(x: Tensor, r: Tensor) -> tuple:
@@ -172,8 +206,12 @@ def _series_sums(x: Tensor, r: Tensor) -> tuple:
     # D = c(x) - c(y); its first term, the only one that matters against T's size, factored by y - x = r.
     d = r / (2 * x * y) + (_tail(1 / (x * x)) - _tail(1 / (y * y)))
     u = r / x
-    s = torch.log1p(u) + d
-    t = x * _u_minus_log1p(u) - x * d
+    log1p = torch.log1p(u)
+    s = log1p + d
+    if u.device.type == "cpu" and not bool((u <= _SERIES_BELOW).any()):  # no cancellation: skip the series
+        t = x * (u - log1p) - x * d
+    else:  # elsewhere every entry is computed alike: no host-device sync
+        t = x * _u_minus_log1p(u) - x * d
     # r = 0: empty sums (the formulas give 0 up to rounding); r = 1: T = 0 exactly.
     return torch.where(r > 0, s, 0.0), torch.where(r > 1, t, 0.0)
 
@@ -197,6 +235,8 @@ def harmonic_sums(above: Tensor, tied: Tensor) -> tuple:
     index = small * (_SMALL + 1) + m
     s_head, t_head = s_table[index], t_table[index]
     r = (tied - m).to(torch.float64)
+    if above.device.type == "cpu" and not bool((r > 0).any()):  # every sum within the tables
+        return s_head, t_head
     s_tail, t_tail = _series_sums((above + m + 1).to(torch.float64), r)
     # Terms K = m + k of T: (m + k - 1)/(A + m + k) = (k - 1)/(A + m + k) + m/(A + m + k).
     return s_head + s_tail, t_head + t_tail + m.to(torch.float64) * s_tail

@@ -1,0 +1,91 @@
+"""The ``"expected"`` tie rule evaluated on the CPU in one compiled pass over the counts, with numba.
+
+:func:`torch_lwlrap._tie_rules.label_precision` calls :func:`expected_precision` for CPU counts when the engine may
+use numba (``"auto"`` or ``"numba"``, numba installed). It evaluates the closed form of :mod:`torch_lwlrap._tie_rules`
+entry by entry, with its tables, its series and their constants, in the same order of operations; the torch
+expressions there serve every other device. One pass and no temporaries: the torch evaluation makes about a hundred
+float64 temporaries the size of the input, and on the CPU fresh memory for each costs more than the arithmetic
+(page faults once the allocator has returned its memory to the system), about 1 ms per 17,000 tied positives here
+against 0.1 ms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from torch_lwlrap._tie_rules import _SERIES_BELOW, _SERIES_TERMS, _SMALL, _TAIL_COEFFICIENTS, _tables
+
+try:  # numba is an optional dependency (the "cpu" extra)
+    from numba import njit
+except Exception:  # pragma: no cover - depends on the installation
+    njit = None
+
+
+def available() -> bool:
+    return njit is not None
+
+
+def expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:
+    """float64 ``"expected"`` precision of each entry of the int32 CPU counts (any shape): ``(A_p + 1) / (A + 1)``
+    where ``g <= 1`` (no tie; 0 labels: not a positive, masked by the caller), else the closed form."""
+    s_table, t_table = (table.numpy() for table in _tables(torch.device("cpu")))
+    fields = [field.reshape(-1).to(torch.int32).contiguous().numpy() for field in (above, above_positive, tied,
+                                                                                  tied_positive)]
+    out = torch.empty(above.shape, dtype=torch.float64)
+    if out.numel():
+        _expected_precisions(*fields, s_table, t_table, out.view(-1).numpy())
+    return out
+
+
+if njit is not None:
+
+    @njit(cache=True, nogil=True)
+    def _tail(z2):
+        """``c(z) - 1/(2z)`` from ``z2 = 1/z^2`` (``_tie_rules._tail``)."""
+        acc = z2 * _TAIL_COEFFICIENTS[0]
+        for coefficient in _TAIL_COEFFICIENTS[1:]:
+            acc = (acc + coefficient) * z2
+        return acc
+
+    @njit(cache=True, nogil=True)
+    def _u_minus_log1p(u):
+        """``u - log1p(u)`` without cancellation (``_tie_rules._u_minus_log1p``)."""
+        if u > _SERIES_BELOW:
+            return u - math.log1p(u)
+        v = u / (2 + u)
+        v2 = v * v
+        series = 1.0 / (2 * (_SERIES_TERMS - 1) + 3)
+        for k in range(_SERIES_TERMS - 2, -1, -1):
+            series = series * v2 + 1.0 / (2 * k + 3)
+        return (1 / (1 - v) - series * v) * v2 * 2
+
+    @njit(cache=True, nogil=True)
+    def _expected_precisions(above, above_positive, tied, tied_positive, s_table, t_table, out):
+        for e in range(out.shape[0]):
+            a = np.int64(above[e])
+            g = np.int64(tied[e])
+            if g <= 1:
+                out[e] = (above_positive[e] + 1.0) / (a + 1.0)
+                continue
+            # harmonic_sums: the first m terms from the tables, the other r from the series at A + m.
+            m = min(max(_SMALL - a, 0), g)
+            index = min(a, _SMALL) * (_SMALL + 1) + m
+            s = s_table[index]
+            t = t_table[index]
+            r = g - m
+            if r > 0:
+                x = float(a + m + 1)
+                rr = float(r)
+                y = x + rr
+                d = rr / (2 * x * y) + (_tail(1 / (x * x)) - _tail(1 / (y * y)))
+                u = rr / x
+                s_tail = math.log1p(u) + d
+                t_tail = x * _u_minus_log1p(u) - x * d if r > 1 else 0.0
+                s = s + s_tail
+                t = t + t_tail + m * s_tail
+            share = (tied_positive[e] - 1.0) / max(g - 1.0, 1.0)
+            out[e] = ((above_positive[e] + 1.0) * s + share * t) / g
