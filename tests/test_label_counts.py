@@ -135,14 +135,14 @@ def test_counts_extra_dimensions_become_rows():
 @pytest.mark.parametrize("sort_above,block_rows", [(None, 128), (0, 3), (2, 1)])
 def test_numba_counts_row_strategies(sort_above, block_rows):
     """Counted and sorted rows give the same counts (the sort is forced with sort_above=0)."""
-    from torch_lwlrap import _numba_kernel
+    from torch_lwlrap import _numba_counts
 
     preds, target = tie_heavy_case(5, rows=50, num_classes=12, levels=4)
     known = target != -1
     positive = (target == 1) & known
     want = naive_counts(preds, target, -1)
     for max_positives in (1, 7, 10**6):
-        known_count, blocks = _numba_kernel.label_counts_numba(
+        known_count, blocks = _numba_counts.label_counts_numba(
             preds, positive, known, sort_above=sort_above, block_rows=block_rows, check_nan=True,
             max_positives=max_positives,
         )
@@ -156,7 +156,7 @@ def test_numba_counts_row_strategies(sort_above, block_rows):
             got = torch.cat([getattr(b.counts, name) for b in blocks])
             assert got.tolist() == [want[name][r][c] for r, c in zip(rows.tolist(), cols.tolist())]
     preds[3, 4] = float("nan")
-    blocks = _numba_kernel.label_counts_numba(preds, positive, known, check_nan=True, max_positives=5)[1]
+    blocks = _numba_counts.label_counts_numba(preds, positive, known, check_nan=True, max_positives=5)[1]
     assert [block.nan_found for block in blocks].count(True) == 1
 
 
@@ -166,7 +166,7 @@ def test_numba_counts_row_strategies(sort_above, block_rows):
 def test_numba_deferred_counts_and_untied_sums(levels, sort_above, block_rows):
     """With defer_untied, the pass writes out the counts of exactly the positives that tie another known label (every
     positive of a sorted row) and sums the others' precisions, (A_p + 1) / (A + 1), per class and per row."""
-    from torch_lwlrap import _numba_kernel
+    from torch_lwlrap import _numba_counts, _numba_kernel
 
     preds, target = tie_heavy_case(levels, rows=60, num_classes=9, levels=levels)
     preds[::4, 1] = preds[::4, 4]  # ties on rows with few of them too
@@ -184,7 +184,7 @@ def test_numba_deferred_counts_and_untied_sums(levels, sort_above, block_rows):
             row_sum[i] += precision
     assert 0 < len(deferred_cells) < int(positive.sum()) or sort_above == 0
     for max_positives in (1, 10, 10**6):
-        blocks = list(_numba_kernel.label_counts_numba(
+        blocks = list(_numba_counts.label_counts_numba(
             preds, positive, known, sort_above=sort_above, block_rows=block_rows, max_positives=max_positives,
             defer_untied=True,
         )[1])

@@ -126,14 +126,14 @@ def positive_counts_chunks(
         for first, counts in label_counts_chunks(preds, target, ignore_index):
             yield first, positive_entries(counts)
         return
-    from torch_lwlrap import _numba_kernel
+    from torch_lwlrap import _numba_counts
     from torch_lwlrap._checks import formatted_chunks
 
     # Compact outputs take O(P): chunks as large as the formatting budget allows (few calls, little overhead).
     first = 0
     chunks = formatted_chunks(preds, target, ignore_index, None, forced_chunk_elements(), True)
     for scores, positive, known, _ in chunks:
-        known_count, blocks = _numba_kernel.label_counts_numba(scores, positive, known)
+        known_count, blocks = _numba_counts.label_counts_numba(scores, positive, known)
         rows, cols, counts = joined_compact_counts(blocks)
         num_rows, num_classes = scores.shape
         positive_count = torch.bincount(rows, minlength=num_rows)

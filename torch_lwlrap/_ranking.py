@@ -36,7 +36,7 @@ Per-positive counts
 a function of (:class:`~torch_lwlrap._tie_rules.LabelCounts`: labels scored strictly higher, labels tied with it,
 tied labels at a lower column, and the positives among each), as dense ``(n, C)`` tensors a chunk of rows at a time;
 :func:`~torch_lwlrap._tie_rules.label_precision` turns them into each positive's precision under a tie rule. On the
-CPU a compiled pass counts them (:func:`torch_lwlrap._numba_kernel.label_counts_numba`: two passes over the row per
+CPU a compiled pass counts them (:func:`torch_lwlrap._numba_counts.label_counts_numba`: two passes over the row per
 positive, or a sort for rows with very many positives); elsewhere, and without numba, a stable sort of each row
 (:func:`dense_label_counts`, no host-device sync). The Triton kernel does not count them: CUDA tensors take the sort.
 
@@ -658,7 +658,7 @@ def label_counts_chunks(
 
 
 def joined_compact_counts(blocks) -> Tuple[Tensor, Tensor, LabelCounts]:
-    """The compact blocks of :func:`torch_lwlrap._numba_kernel.label_counts_numba` as one ``(rows, cols, counts)``."""
+    """The compact blocks of :func:`torch_lwlrap._numba_counts.label_counts_numba` as one ``(rows, cols, counts)``."""
     blocks = list(blocks)
     if not blocks:
         empty = torch.zeros(0, dtype=torch.int32)
@@ -686,9 +686,9 @@ def positive_label_counts_chunks(
     for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, name == "numba"):
         num_classes = scores.shape[1]
         if name == "numba":
-            from torch_lwlrap import _numba_kernel
+            from torch_lwlrap import _numba_counts
 
-            rows, cols, counts = joined_compact_counts(_numba_kernel.label_counts_numba(scores, positive, known)[1])
+            rows, cols, counts = joined_compact_counts(_numba_counts.label_counts_numba(scores, positive, known)[1])
         else:
             dense = label_counts(scores, positive, known)
             flat = _true_indices(dense.positive)
@@ -705,11 +705,11 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
         positive = positive & known
     if _compiled_path(get_engine(), preds.device, preds.dtype)[0] != "numba":
         return dense_label_counts(preds, positive, known)
-    from torch_lwlrap import _numba_kernel
+    from torch_lwlrap import _numba_counts
 
     num_samples, num_classes = preds.shape
     dense = [torch.zeros(num_samples * num_classes, dtype=torch.int32) for _ in LabelCounts._fields[1:]]
-    for block in _numba_kernel.label_counts_numba(preds, positive, known)[1]:
+    for block in _numba_counts.label_counts_numba(preds, positive, known)[1]:
         cells = block.rows * num_classes + block.cols
         for out, field in zip(dense, block.counts[1:]):
             out.index_copy_(0, cells, field)
@@ -792,7 +792,7 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
     blocks of rows.
 
     * On the numba path: compact counts of the positives that tie another label (``rows`` and ``cols`` of each), and
-      in ``untied`` (:class:`~torch_lwlrap._numba_kernel.UntiedSums`) the sums of the others' precisions, which no
+      in ``untied`` (:class:`~torch_lwlrap._numba_counts.UntiedSums`) the sums of the others' precisions, which no
       tie rule changes, and the label counts. ``tied_before`` is not counted there (-1): every rule but ``"index"``
       (which :func:`ranking_sums` leaves to the kernels) can be reduced over these counts.
     * Elsewhere: dense ``(n, C)`` counts of rows ``start:start+n`` from the sort (``rows``, ``cols`` and ``untied``
@@ -803,9 +803,9 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
     num_samples, num_classes = preds.shape
     device = preds.device
     if _compiled_path(get_engine(), device, preds.dtype)[0] == "numba":
-        from torch_lwlrap import _numba_kernel
+        from torch_lwlrap import _numba_counts
 
-        known_count, compact = _numba_kernel.label_counts_numba(
+        known_count, compact = _numba_counts.label_counts_numba(
             preds, positive, known, check_nan=check_nan, defer_untied=True
         )
 

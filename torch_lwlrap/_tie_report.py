@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-import torch
 from torch import Tensor
 
 from torch_lwlrap._checks import check_ignore_index, formatted_chunks, nan_scores_error

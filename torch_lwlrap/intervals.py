@@ -11,7 +11,6 @@ evaluation set drawn the same way. It says nothing of the variability of trainin
 
 from __future__ import annotations
 
-import math
 from typing import Iterator, NamedTuple, Optional, Tuple
 
 import torch
