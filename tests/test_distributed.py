@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 
 from tests.reference import naive_lrap, naive_lwlrap
 from tests.test_tie_report import brute_force_range, tied_positives
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, MultilabelTieReport
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, MultilabelTieReport, tie_report
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -106,7 +106,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 
     dist.all_gather = recording_all_gather
     batches = make_batches()
-    results = {"gathered": {}, "synced_states": {}, "value": {}, "steps": {}, "warnings": []}
+    results = {"gathered": {}, "synced_states": {}, "value": {}, "steps": {}, "report": {}, "warnings": []}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for scenario, shards in SHARDS.items():
@@ -117,6 +117,8 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
                 gathered_shapes.clear()
                 results["value"][scenario, name] = as_tensor(metric.compute())
                 results["gathered"][scenario, name] = list(gathered_shapes)
+                if name == "tie-report":  # read outside compute, synced as compute is
+                    results["report"][scenario] = metric.report().as_dict()
                 metric.sync()
                 results["synced_states"][scenario, name] = {
                     key: (tuple(value.shape), str(value.dtype)) for key, value in metric.metric_state.items()
@@ -200,6 +202,18 @@ def test_every_rank_computes_the_value_over_all_shards(rank_results, scenario, n
     for rank, results in enumerate(rank_results):
         assert_same(results["value"][scenario, name], expected, f"rank {rank}, {scenario}, {name}")
         assert_same(results["value"][scenario + " then batch 4 on both ranks", name], expected_then, f"rank {rank}")
+
+
+@pytest.mark.parametrize("scenario", list(SHARDS))
+def test_every_rank_reports_the_ties_of_all_shards(rank_results, scenario):
+    batches = make_batches()
+    everything = [batches[i] for rank in range(WORLD_SIZE) for i in SHARDS[scenario][rank]]
+    want = tie_report(torch.cat([b[0] for b in everything]), torch.cat([b[1] for b in everything]), ignore_index=IGNORE)
+    for rank, results in enumerate(rank_results):
+        got = results["report"][scenario]
+        assert (got["label_count"], got["tied_label_count"]) == (want.label_count, want.tied_label_count), rank
+        for key in ("tied_share", "lwlrap_max", "lwlrap_expected", "lwlrap_best", "lwlrap_worst"):
+            assert got[key] == pytest.approx(getattr(want, key), rel=1e-12), (rank, key)
 
 
 @pytest.mark.parametrize("name", list(METRICS))

@@ -206,9 +206,10 @@ def test_metric_on_training_outputs_and_inference_mode_states():
 
 def test_metric_keeps_float64_sums_when_the_model_is_cast():
     metric = MultilabelTieReport(3)
+    metric.update(torch.tensor([[1.0, 1.0, 0.5]]), torch.tensor([[1, 0, 1]]))  # sums 1/2, 1/2, 2/3 per rule
+    before = metric.precision_sum.clone()
     metric.to(torch.bfloat16)
-    metric.update(torch.tensor([[1.0, 1.0, 0.5]]), torch.tensor([[1, 0, 1]]))
-    assert metric.precision_sum.dtype == torch.float64
+    assert metric.precision_sum.dtype == torch.float64 and torch.equal(metric.precision_sum, before)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning:lightning")

@@ -75,23 +75,24 @@ def label_counts_numba(
     """The counts of every positive of a chunk of rows, compact: ``(known labels per row, blocks)``.
 
     The counting pass of :func:`torch_lwlrap._ranking.label_counts_chunks` on the CPU: for each positive ``j`` with
-    score ``s``, one pass over its row counts the known labels scoring above ``s``, equal to ``s`` and equal at a
-    lower column, and one pass over the row's positives the same among positives (rows with more than
-    ``sort_above`` positives are sorted instead, as in :func:`ranking_sums_numba`). The labels tied at a lower column
-    are counted only for a positive that ties another label (two whole-row passes and a third only then cost half
-    as much as three passes split at the positive's column).
+    score ``s``, two passes over its row count the known labels scoring above ``s`` and equal to ``s``, and the same
+    two over the row's positives; the labels equal at a lower column are counted only for a positive that ties
+    another label (a pass that stops at the column vectorizes poorly). Rows with more than ``sort_above`` positives
+    are sorted instead, as in :func:`torch_lwlrap._numba_kernel.ranking_sums_numba`.
 
     With ``defer_untied``, a positive that ties no other label (``g = 1``) is not written out: every tie rule gives
-    it the same precision, ``(A_p + 1) / (A + 1)``, which the pass sums in place per class and per row, in the order
-    of :func:`ranking_sums_numba` (:class:`UntiedSums`). Only the other positives' counts are written out, for a
-    tie rule to reduce (:func:`torch_lwlrap._tie_rules.label_precision`); the positives of sorted rows are all
-    written out. The labels tied at a lower column (``tied_before``, which only the column-order rule ``"index"``
-    needs: :func:`ranking_sums_numba` applies it itself) are then not counted, and written as -1: a pass over the
-    start of the row per tied positive would cost more than the whole rest of the work on saturated scores.
+    it the same precision, ``(A_p + 1) / (A + 1)``, which the pass sums in place per class and per row
+    (:class:`UntiedSums`; on data without ties, in the order of
+    :func:`torch_lwlrap._numba_kernel.ranking_sums_numba`, so that every rule gives its sums to the bit). Only the
+    other positives' counts are written out, for a tie rule to reduce
+    (:func:`torch_lwlrap._tie_rules.label_precision`); the positives of sorted rows are all written out. The labels
+    tied at a lower column (``tied_before``, which only the column-order rule ``"index"`` needs: the ranking kernel
+    applies it itself) are then not counted, and written as -1: a pass over the start of the row per tied positive
+    would cost more than the whole rest of the work on saturated scores.
 
     Args:
-        preds, positive, known: as for :func:`ranking_sums_numba`.
-        block_rows, sort_above: tuning and tests only, as for :func:`ranking_sums_numba`.
+        preds, positive, known: as for :func:`torch_lwlrap._numba_kernel.ranking_sums_numba`.
+        block_rows, sort_above: tuning and tests only, as for :func:`torch_lwlrap._numba_kernel.ranking_sums_numba`.
         check_nan: also look for NaN scores, in the same pass over the rows.
         max_positives: positives counted per block of rows (each takes 40 bytes); tests and tuning only.
         defer_untied: sum the positives that tie no other label in place (see above).

@@ -30,41 +30,48 @@ def available() -> bool:
 
 
 def expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:
-    """float64 ``"expected"`` precision of each entry of the int32 CPU counts (any shape): ``(A_p + 1) / (A + 1)``
-    where ``g <= 1`` (no tie; 0 labels: not a positive, masked by the caller), else the closed form."""
+    """float64 ``"expected"`` precision of each entry of the integer CPU counts (four tensors of one shape):
+    ``(A_p + 1) / (A + 1)`` where ``g <= 1`` (no tie; 0 labels: not a positive, masked by the caller), else the
+    closed form."""
+    shapes = {tuple(field.shape) for field in (above, above_positive, tied, tied_positive)}
+    if len(shapes) != 1:
+        raise ValueError(f"The four counts must have one shape, but got shapes {sorted(shapes)}.")
     s_table, t_table = (table.numpy() for table in _tables(torch.device("cpu")))
     fields = [field.reshape(-1).to(torch.int32).contiguous().numpy() for field in (above, above_positive, tied,
                                                                                   tied_positive)]
     out = torch.empty(above.shape, dtype=torch.float64)
     if out.numel():
-        _expected_precisions(*fields, s_table, t_table, out.view(-1).numpy())
+        # The constants are arguments, not globals: numba would freeze another module's globals into its disk cache.
+        _expected_precisions(*fields, s_table, t_table, _SMALL, np.asarray(_TAIL_COEFFICIENTS), _SERIES_TERMS,
+                             _SERIES_BELOW, out.view(-1).numpy())
     return out
 
 
 if njit is not None:
 
     @njit(cache=True, nogil=True)
-    def _tail(z2):
+    def _tail(z2, coefficients):
         """``c(z) - 1/(2z)`` from ``z2 = 1/z^2`` (``_tie_rules._tail``)."""
-        acc = z2 * _TAIL_COEFFICIENTS[0]
-        for coefficient in _TAIL_COEFFICIENTS[1:]:
-            acc = (acc + coefficient) * z2
+        acc = z2 * coefficients[0]
+        for i in range(1, coefficients.shape[0]):
+            acc = (acc + coefficients[i]) * z2
         return acc
 
     @njit(cache=True, nogil=True)
-    def _u_minus_log1p(u):
+    def _u_minus_log1p(u, terms, below):
         """``u - log1p(u)`` without cancellation (``_tie_rules._u_minus_log1p``)."""
-        if u > _SERIES_BELOW:
+        if u > below:
             return u - math.log1p(u)
         v = u / (2 + u)
         v2 = v * v
-        series = 1.0 / (2 * (_SERIES_TERMS - 1) + 3)
-        for k in range(_SERIES_TERMS - 2, -1, -1):
+        series = 1.0 / (2 * (terms - 1) + 3)
+        for k in range(terms - 2, -1, -1):
             series = series * v2 + 1.0 / (2 * k + 3)
         return (1 / (1 - v) - series * v) * v2 * 2
 
     @njit(cache=True, nogil=True)
-    def _expected_precisions(above, above_positive, tied, tied_positive, s_table, t_table, out):
+    def _expected_precisions(above, above_positive, tied, tied_positive, s_table, t_table, small, coefficients,
+                             terms, below, out):
         for e in range(out.shape[0]):
             a = np.int64(above[e])
             g = np.int64(tied[e])
@@ -72,8 +79,8 @@ if njit is not None:
                 out[e] = (above_positive[e] + 1.0) / (a + 1.0)
                 continue
             # harmonic_sums: the first m terms from the tables, the other r from the series at A + m.
-            m = min(max(_SMALL - a, 0), g)
-            index = min(a, _SMALL) * (_SMALL + 1) + m
+            m = min(max(small - a, 0), g)
+            index = min(a, small) * (small + 1) + m
             s = s_table[index]
             t = t_table[index]
             r = g - m
@@ -81,10 +88,10 @@ if njit is not None:
                 x = float(a + m + 1)
                 rr = float(r)
                 y = x + rr
-                d = rr / (2 * x * y) + (_tail(1 / (x * x)) - _tail(1 / (y * y)))
+                d = rr / (2 * x * y) + (_tail(1 / (x * x), coefficients) - _tail(1 / (y * y), coefficients))
                 u = rr / x
                 s_tail = math.log1p(u) + d
-                t_tail = x * _u_minus_log1p(u) - x * d if r > 1 else 0.0
+                t_tail = x * _u_minus_log1p(u, terms, below) - x * d if r > 1 else 0.0
                 s = s + s_tail
                 t = t + t_tail + m * s_tail
             share = (tied_positive[e] - 1.0) / max(g - 1.0, 1.0)

@@ -43,7 +43,8 @@ positive, or a sort for rows with very many positives); elsewhere, and without n
 ``"max"`` and ``"index"`` are applied by the kernels themselves (:func:`ranking_sums`). The other rules
 (``"expected"``, and the best and worst orders of :func:`tie_sums`) are reductions over the counts: on the numba path
 the pass sums in place the precision of every positive that ties no other label, the same under every rule, and hands
-over the counts of the others only (most positives tie nothing), for :func:`label_precision`.
+over the counts of the others only (most positives tie nothing; rows sorted for their many positives hand over all
+of theirs), for :func:`label_precision`.
 """
 
 from __future__ import annotations
@@ -791,10 +792,11 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
     """``(known labels per row or None, blocks)``; ``blocks`` iterates ``(start, rows, cols, counts, untied)`` over
     blocks of rows.
 
-    * On the numba path: compact counts of the positives that tie another label (``rows`` and ``cols`` of each), and
-      in ``untied`` (:class:`~torch_lwlrap._numba_counts.UntiedSums`) the sums of the others' precisions, which no
-      tie rule changes, and the label counts. ``tied_before`` is not counted there (-1): every rule but ``"index"``
-      (which :func:`ranking_sums` leaves to the kernels) can be reduced over these counts.
+    * On the numba path: compact counts of the positives that tie another label, and of every positive of a row
+      with so many that it is sorted (``rows`` and ``cols`` of each); in ``untied``
+      (:class:`~torch_lwlrap._numba_counts.UntiedSums`) the sums of the others' precisions, which no tie rule
+      changes, and the label counts. ``tied_before`` is not counted there (-1): every rule but ``"index"`` (which
+      :func:`ranking_sums` leaves to the kernels) can be reduced over these counts.
     * Elsewhere: dense ``(n, C)`` counts of rows ``start:start+n`` from the sort (``rows``, ``cols`` and ``untied``
       None; known labels per row not counted).
 
@@ -834,6 +836,8 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
 
 def _sums_from_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, check_nan: bool):
     """:class:`RankingSums` as the sums of :func:`label_precision` over the label counts (:func:`_counts_blocks`)."""
+    if ties == "index":  # its counts (tied_before) are not counted on the numba path: the kernels apply it
+        raise ValueError('ties="index" is applied by the ranking kernels, not reduced over label counts.')
     num_samples, num_classes = preds.shape
     device = preds.device
     known_count, blocks = _counts_blocks(preds, positive, known, check_nan)

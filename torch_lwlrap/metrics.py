@@ -98,6 +98,14 @@ def _apply_keeping_float64(metric: Metric, fn: Callable, exclude_state: Sequence
     return this
 
 
+def _synced(metric: Metric):
+    """The states synced across processes exactly as ``compute`` syncs them (same function and switches), for
+    methods that read the states outside ``compute``."""
+    return metric.sync_context(
+        dist_sync_fn=metric.dist_sync_fn, should_sync=metric._to_sync, should_unsync=metric._should_unsync
+    )
+
+
 def _process_rank() -> int:
     import torch.distributed as dist
 
@@ -168,7 +176,7 @@ class _Bootstrap:
         """The ``B`` bootstrap replicates of :meth:`compute` (synced across processes as ``compute`` is):
         ``(B,)``, or ``(B, C)`` per class. A replicate that drew no positive label (of a class) is NaN."""
         self._check_bootstrap()
-        with self.sync_context(should_sync=self.sync_on_compute, should_unsync=self._should_unsync):
+        with _synced(self):
             return self._replicates()
 
     def confidence_interval(self, level: float = 0.95) -> Tuple[Tensor, Tensor]:
@@ -602,5 +610,5 @@ class MultilabelTieReport(Metric):
     def report(self) -> TieReport:
         """The :class:`~torch_lwlrap.TieReport` of all accumulated batches (synced across processes as
         :meth:`compute` is; reads the values on the host)."""
-        with self.sync_context(should_sync=self.sync_on_compute, should_unsync=self._should_unsync):
+        with _synced(self):
             return TieReport.from_sums(TieSums(self.label_count, self.tied_label_count, self.precision_sum))
