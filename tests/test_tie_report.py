@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from fractions import Fraction
 
@@ -13,6 +14,8 @@ from tests.reference import naive_lwlrap
 from tests.test_ties_expected import heavy_ties, orders_of_row
 from torch_lwlrap import multilabel_lwlrap, tie_report
 from torch_lwlrap._ranking import use_engine
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
 
 
 def brute_force_range(preds, target, ignore_index=None):
@@ -280,3 +283,44 @@ def test_metric_in_lightning_steps(tmp_path):
     assert want.has_ties
     for name in VALUE_NAMES:
         assert record.val[name] == pytest.approx(getattr(want, name), rel=1e-6)
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+def test_sorted_rows_and_several_blocks_end_to_end(monkeypatch):
+    """ties="expected" and the tie report with every row sorted and blocks of a few positives: the numba pass's
+    other branches (all positives of sorted rows handed over; untied sums from several blocks) give the references."""
+    from torch_lwlrap import _numba_counts, _numba_kernel
+
+    preds, target = heavy_ties(12, 30, 6, 3, True)
+    rows, labels = preds.tolist(), target.tolist()
+    want_expected = naive_lwlrap(rows, labels, "expected", -1)
+    low, high = brute_force_range(rows, labels, -1)
+    monkeypatch.setattr(_numba_kernel, "SORT_POSITIVES_PER_LOG2", 0)  # every row with a positive is sorted
+    monkeypatch.setitem(_numba_counts.label_counts_numba.__kwdefaults__, "max_positives", 4)
+    with use_engine("numba"):
+        got = multilabel_lwlrap(preds, target, ignore_index=-1, ties="expected").item()
+        report = tie_report(preds, target, ignore_index=-1)
+        blocks = list(_numba_counts.label_counts_numba(preds, target == 1, target != -1, defer_untied=True)[1])
+    assert len(blocks) > 3 and all(block.rows.numel() == block.untied.sample_label_count.sum() for block in blocks)
+    assert got == pytest.approx(want_expected, rel=1e-12)
+    assert report.lwlrap_expected == pytest.approx(want_expected, rel=1e-12)
+    assert report.lwlrap_worst == pytest.approx(float(low), rel=1e-12)
+    assert report.lwlrap_best == pytest.approx(float(high), rel=1e-12)
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+def test_report_does_not_depend_on_the_number_of_threads():
+    """Sums of more than 32768 precisions: torch would split them between its threads."""
+    generator = torch.Generator().manual_seed(13)
+    preds = torch.randint(50, (2000, 527), generator=generator).float()
+    target = torch.rand(2000, 527, generator=generator) < 0.05
+    threads = torch.get_num_threads()
+    try:
+        reports = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            reports.append(tie_report(preds, target))
+    finally:
+        torch.set_num_threads(threads)
+    assert reports[0].tied_label_count > 32768
+    assert reports[0] == reports[1]

@@ -59,6 +59,7 @@ import threading
 import warnings
 from typing import Iterator, NamedTuple, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -782,10 +783,18 @@ def tie_sums(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None, *,
             label_count += counts.positive.sum()
         else:  # every positive counted; those that tie no other label have the same precision under every rule
             label_count += untied.class_label_count.sum()
-            precision_sum += untied.class_precision_sum.sum()
+            precision_sum += _sum_in_order(untied.class_precision_sum)
         tied_label_count += (counts.tied > 1).sum()
-        precision_sum += torch.stack([label_precision(counts, rule).sum() for rule in TIE_SUM_RULES])
+        precision_sum += torch.stack([_sum_in_order(label_precision(counts, rule)) for rule in TIE_SUM_RULES])
     return TieSums(label_count, tied_label_count, precision_sum)
+
+
+def _sum_in_order(values: Tensor) -> Tensor:
+    """The sum of ``values``, the same whatever the number of threads: torch splits a long CPU sum between its
+    threads, numpy's pairwise sum does not."""
+    if values.device.type != "cpu":
+        return values.sum()
+    return torch.from_numpy(np.asarray(values.reshape(-1).numpy().sum()))
 
 
 def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], check_nan: bool):
