@@ -24,19 +24,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._numba_kernel import (
-    BLOCK_ROWS,
-    CHUNK_ELEMENTS,
-    _parallel_and_serial,
-    _positive_columns,
-    _run,
-    numba,
-    sort_min_positives,
-)
+from torch_lwlrap._numba_kernel import BLOCK_ROWS, CHUNK_ELEMENTS, _parallel_and_serial, _run, numba, sort_min_positives
 from torch_lwlrap._tie_rules import LabelCounts
 
-if numba is not None:
+if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
     from numba import njit, prange
+
+    from torch_lwlrap._numba_kernel import _positive_columns
 
 
 class UntiedSums(NamedTuple):
