@@ -22,7 +22,7 @@ the same validation predictions, as printed here, not across differently trained
 ``--out FILE`` writes (on rank 0) a JSON file with the logged per-epoch values, the recomputed ones, and the
 validation predictions and targets of every epoch gathered from all processes.
 
-Needs ``lightning`` (``pip install torch-lwlrap[examples]``).
+Needs ``lightning`` (``pip install lightning``, the ``examples`` extra).
 """
 
 from __future__ import annotations

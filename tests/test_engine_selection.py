@@ -192,7 +192,7 @@ def test_driver_mismatch_the_real_launch_fails_without_a_gpu(triton_kernel):
 
 def test_triton_missing(triton_kernel, monkeypatch):
     monkeypatch.setattr(triton_kernel, "triton", None)
-    _check_batches_fall_back(CASES, "Triton is not installed.*pip install torch-lwlrap\\[gpu\\]")
+    _check_batches_fall_back(CASES, "Triton is not installed.*pip install triton")
 
 
 def test_triton_failing_to_import_warns_even_under_auto(triton_kernel, monkeypatch):

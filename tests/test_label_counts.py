@@ -19,7 +19,7 @@ from torch_lwlrap._ranking import LabelCounts, label_counts_chunks, label_precis
 from torch_lwlrap._tie_rules import harmonic_sums
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
-needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install torch-lwlrap[cpu])")
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install numba: the cpu extra)")
 FIELDS = LabelCounts._fields[1:]
 
 

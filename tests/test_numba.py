@@ -27,7 +27,7 @@ from torch_lwlrap import _numba_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
-needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install torch-lwlrap[cpu])")
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install numba: the cpu extra)")
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 TOL = dict(rtol=0, atol=1e-12)

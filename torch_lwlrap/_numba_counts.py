@@ -96,7 +96,7 @@ def label_counts_numba(
         iterator of :class:`CompactCounts` over consecutive blocks of rows, each computed as it is reached.
     """
     if numba is None:
-        raise RuntimeError("The numba engine needs numba: install it with `pip install torch-lwlrap[cpu]`.")
+        raise RuntimeError("The numba engine needs numba: `pip install numba` (the package's `cpu` extra).")
     if block_rows < 1:
         raise ValueError(f"Argument `block_rows` must be positive, but got {block_rows!r}.")
     num_samples, num_classes = preds.shape

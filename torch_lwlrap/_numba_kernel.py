@@ -1,8 +1,8 @@
 """Compiled CPU path of the ranking engine: label precisions counted in one pass over each row, with numba.
 
 This is the ``"numba"`` path of :func:`torch_lwlrap._ranking.ranking_sums`; ``"auto"`` takes it for CPU tensors
-when numba is importable (``pip install torch-lwlrap[cpu]``). It computes the same integer counts as the torch paths,
-row by row, with no ``(N, C)`` temporary:
+when numba is importable (``pip install numba``, the ``cpu`` extra). It computes the same integer counts as the torch
+paths, row by row, with no ``(N, C)`` temporary:
 
 * Rows are split into blocks of :data:`BLOCK_ROWS`; numba's ``prange`` spreads the blocks over the threads.
 * For each row, the positive labels are found by scanning its target bytes four 8-byte words at a time, bytes only
@@ -310,7 +310,7 @@ def ranking_sums_numba(
         [1.1666666666666665, 2.0]
     """
     if numba is None:
-        raise RuntimeError("The numba engine needs numba: install it with `pip install torch-lwlrap[cpu]`.")
+        raise RuntimeError("The numba engine needs numba: `pip install numba` (the package's `cpu` extra).")
     sums = (class_precision_sum, class_label_count, sample_precision_sum, sample_label_count, sample_known_count)
     check_kernel_args("numba", preds, positive, known, sums, ties, cpu_only=True)
     if block_rows < 1:

@@ -210,8 +210,8 @@ def _triton_failed(error: Exception, device: torch.device) -> None:
         "triton-failed",
         f"torch_lwlrap: the Triton kernel failed on {device} ({type(error).__name__}: {error}). Ranking with the "
         f"torch sort path from now on in this process: the values stay exact, but ranking is slower. To fix it, "
-        f"install the Triton version your PyTorch build was made with (`pip install torch-lwlrap[gpu]` next to a "
-        f"matching torch) and an up-to-date GPU driver, or set {ENGINE_VARIABLE}=sort to choose the torch path "
+        f"install the Triton version your PyTorch build was made with (`pip install triton==<version>`, the "
+        f"package's `gpu` extra) and an up-to-date GPU driver, or set {ENGINE_VARIABLE}=sort to choose the torch path "
         f"and silence this warning.",
     )
 
@@ -224,7 +224,7 @@ def _warn_unavailable(engine: str, device: torch.device) -> None:
 
         if _numba_kernel.numba is not None or device.type != "cpu":
             return  # "numba" forced for other devices ranks them on the torch path, as documented
-        reason, fix = "numba is not installed", "install it with `pip install torch-lwlrap[cpu]`"
+        reason, fix = "numba is not installed", "install it with `pip install numba` (the package's `cpu` extra)"
     else:  # "triton", or "auto" on a device other than the CPU
         from torch_lwlrap import _triton_kernel
 
@@ -234,7 +234,7 @@ def _warn_unavailable(engine: str, device: torch.device) -> None:
         if reason is None or (engine == "auto" and _triton_kernel._IMPORT_ERROR is None):
             return  # auto without Triton, or on a GPU older than Volta: the torch path, as documented
         if _triton_kernel.triton is None:
-            fix = "install a Triton that matches your PyTorch with `pip install torch-lwlrap[gpu]`"
+            fix = "install a Triton that matches your PyTorch with `pip install triton` (the package's `gpu` extra)"
         else:
             fix = f"set {ENGINE_VARIABLE}=auto (or unset it), which takes the torch path on this GPU silently"
     _warn_once(

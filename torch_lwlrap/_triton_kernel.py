@@ -1,7 +1,7 @@
 """Fused Triton kernel for the ranking engine: label precisions counted in one pass over the scores.
 
 This is the ``"triton"`` path of :func:`torch_lwlrap._ranking.ranking_sums`; ``"auto"`` takes it for CUDA tensors
-when Triton is importable (``pip install torch-lwlrap[gpu]``). It computes the same counts as the sort-free
+when Triton is importable (``pip install triton``, the ``gpu`` extra). It computes the same counts as the sort-free
 ``"count"`` path, without sorting and without any ``(N, C)`` temporary:
 
 * Each program owns blocks of rows (a persistent grid: about as many programs as the GPU keeps resident, each
@@ -324,7 +324,7 @@ def _prepare_launch(
 ):
     """Check the arguments and build the launch (tuning as for :func:`ranking_sums_triton`); None for no rows."""
     if triton is None:
-        raise RuntimeError("The triton engine needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
+        raise RuntimeError("The triton engine needs Triton: `pip install triton` (the package's `gpu` extra).")
     check_kernel_args("triton", preds, positive, known, sums, ties)
     num_samples, num_classes = preds.shape
     if num_samples == 0 or num_classes == 0:
@@ -427,7 +427,7 @@ def compile_for(
         A :class:`CompiledLaunch`.
     """
     if triton is None:
-        raise RuntimeError("Compiling the kernels needs Triton: install it with `pip install torch-lwlrap[gpu]`.")
+        raise RuntimeError("Compiling the kernels needs Triton: `pip install triton` (the package's `gpu` extra).")
     if _INTERPRETED:
         raise RuntimeError("The kernels cannot be compiled while Triton runs as an interpreter (TRITON_INTERPRET=1).")
     from triton.backends.compiler import GPUTarget

@@ -364,7 +364,7 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
 
         A scalar or a sequence of scalars is drawn like any torchmetrics metric. A per-class tensor
         (``average="none"``) is drawn as horizontal bars of per-class lwlrap labelled with the accumulated label
-        weights and the optional ``class_names``. Needs matplotlib (``pip install torch-lwlrap[plot]``).
+        weights and the optional ``class_names``. Needs matplotlib (``pip install matplotlib``, the ``plot`` extra).
 
         Returns:
             ``(fig, ax)``.

@@ -1,4 +1,4 @@
-"""Per-class bar charts (matplotlib is an optional extra: ``pip install torch-lwlrap[plot]``)."""
+"""Per-class bar charts (matplotlib is an optional extra: ``pip install matplotlib``, the ``plot`` extra)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError as err:  # pragma: no cover - exercised only without matplotlib
         raise ModuleNotFoundError(
-            "Plotting needs matplotlib: install it with `pip install torch-lwlrap[plot]`."
+            "Plotting needs matplotlib: install it with `pip install matplotlib` (the package's `plot` extra)."
         ) from err
     return plt
 

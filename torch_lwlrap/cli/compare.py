@@ -256,7 +256,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise CommandError("--plot needs matplotlib, which is not installed: pip install 'torch-lwlrap[plot]'.") from None
+            raise CommandError(
+                "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
+            ) from None
     result = compare_files(
         args.truth, args.a, args.b, num_bootstrap=args.bootstrap, level=args.level, seed=args.seed, ties=args.ties
     )

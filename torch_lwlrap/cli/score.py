@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise CommandError(
-                "--plot needs matplotlib, which is not installed: pip install 'torch-lwlrap[plot]'."
+                "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
             ) from None
 
     num_bootstrap = 0 if args.ci is None else check_bootstrap_args(args.ci, args.level, "--ci")
