@@ -69,13 +69,13 @@ def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_ti
         row[f"{kind}_plain_s"], row[f"{kind}_bootstrap_s"] = plain_s, boot_s
         row[f"{kind}_ratio"] = boot_s / plain_s
 
-    from torch_lwlrap._ranking import positive_label_counts_chunks
+    from torch_lwlrap._rank_reductions import positive_counts_chunks
     from torch_lwlrap._tie_rules import label_precision
 
     def ranking_only():
         return [
-            (rows + first, cols, label_precision(counts, "max"))
-            for first, rows, cols, counts in positive_label_counts_chunks(preds, target)
+            (entries.rows + first, entries.cols, label_precision(entries.counts, "max"))
+            for first, entries in positive_counts_chunks(preds, target)
         ]
 
     items = ranking_only()

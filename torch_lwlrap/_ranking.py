@@ -670,37 +670,6 @@ def joined_compact_counts(blocks) -> Tuple[Tensor, Tensor, LabelCounts]:
     return rows, cols, LabelCounts(*(torch.cat(field) for field in zip(*(block.counts for block in blocks))))
 
 
-def positive_label_counts_chunks(
-    preds: Tensor, target: Tensor, ignore_index: Optional[int] = None
-) -> Iterator[Tuple[int, Tensor, Tensor, LabelCounts]]:
-    """``(first row, rows, cols, counts)``: :func:`label_counts_chunks` over the ``(P,)`` positives of each chunk.
-
-    ``rows`` (within the chunk) and ``cols`` are int64 ``(P,)`` in row-major order, ``counts`` a
-    :class:`LabelCounts` over ``(P,)``. The numba path counts the positives compact; elsewhere the dense counts are
-    compacted with a ``nonzero``, which off the CPU waits for the device (use :func:`label_counts_chunks` there).
-    """
-    from torch_lwlrap._checks import formatted_chunks
-
-    name = _compiled_path(get_engine(), preds.device, preds.dtype)[0]
-    # Compact counts take about 40 bytes per positive, not per score: the numba path takes chunks 4x larger.
-    budget = forced_chunk_elements() or (COUNTS_CHUNK_ELEMENTS * (4 if name == "numba" else 1))
-    first_row = 0
-    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, name == "numba"):
-        num_classes = scores.shape[1]
-        if name == "numba":
-            from torch_lwlrap import _numba_counts
-
-            rows, cols, counts = joined_compact_counts(_numba_counts.label_counts_numba(scores, positive, known)[1])
-        else:
-            dense = label_counts(scores, positive, known)
-            flat = _true_indices(dense.positive)
-            rows = flat.div(num_classes, rounding_mode="floor")
-            cols = flat - rows * num_classes
-            counts = LabelCounts(*(field.reshape(-1).index_select(0, flat) for field in dense))
-        yield first_row, rows, cols, counts
-        first_row += scores.shape[0]
-
-
 def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None) -> LabelCounts:
     """Dense ``(n, C)`` :class:`LabelCounts` of one chunk of ranking inputs (as :func:`ranking_sums` takes them)."""
     if known is not None:

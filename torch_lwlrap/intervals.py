@@ -19,7 +19,8 @@ from torch import Tensor
 from torch_lwlrap import _bootstrap
 from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
 from torch_lwlrap._checks import check_average, check_ignore_index, check_ties
-from torch_lwlrap._ranking import label_counts_chunks, positive_label_counts_chunks
+from torch_lwlrap._rank_reductions import positive_counts_chunks
+from torch_lwlrap._ranking import label_counts_chunks
 from torch_lwlrap._tie_rules import label_precision
 from torch_lwlrap.functional import (
     _batch_totals,
@@ -105,12 +106,13 @@ def _lwlrap_bootstrap_update(
     label_count = torch.zeros(num_classes, dtype=torch.int64, device=device)
     if _sparse_reduction(device):
         # Positives are sparse: each one's precision is reduced against its sample's weights.
-        for first, rows, cols, counts in positive_label_counts_chunks(preds, target, ignore_index):
-            precision = label_precision(counts, ties)
-            precision_sum.index_add_(0, cols, precision)
-            label_count += torch.bincount(cols, minlength=num_classes)
-            _bootstrap.add_class_sums_(replicate_sum, replicate_count, key, rows + first, cols, precision)
-            del rows, cols, counts, precision
+        for first, entries in positive_counts_chunks(preds, target, ignore_index):
+            precision = label_precision(entries.counts, ties)
+            precision_sum.index_add_(0, entries.cols, precision)
+            label_count += torch.bincount(entries.cols, minlength=num_classes)
+            rows = entries.rows + first
+            _bootstrap.add_class_sums_(replicate_sum, replicate_count, key, rows, entries.cols, precision)
+            del entries, rows, precision
     else:
         # A dense product with the weights: no host-device sync.
         for first, positive, precision in _positive_precisions(preds, target, ignore_index, ties):
