@@ -23,7 +23,8 @@ def _setup():
 
 
 def _score(seed):
-    """(lwlrap, lrap with ties="index" and ignored labels) of one small tie-heavy batch, on the default engine."""
+    """(lwlrap, lrap with ties="index", lwlrap with ties="expected", all with ignored labels) of one small tie-heavy
+    batch, on the default engine: the ranking pass, and the counts pass with the compiled tie rule."""
     from tests.reference import make_case
     from torch_lwlrap import multilabel_lrap, multilabel_lwlrap
 
@@ -31,6 +32,7 @@ def _score(seed):
     return (
         multilabel_lwlrap(preds, target, ignore_index=-1).item(),
         multilabel_lrap(preds, target.float(), ignore_index=-1, ties="index").item(),
+        multilabel_lwlrap(preds, target, ignore_index=-1, ties="expected").item(),
     )
 
 
@@ -38,7 +40,11 @@ def _reference(seed):
     from tests.reference import make_case, naive_lrap, naive_lwlrap
 
     preds, target = make_case(seed, 150, 23, ignore_index=-1)
-    return naive_lwlrap(preds, target, ignore_index=-1), naive_lrap(preds, target, ignore_index=-1, ties="index")
+    return (
+        naive_lwlrap(preds, target, ignore_index=-1),
+        naive_lrap(preds, target, ignore_index=-1, ties="index"),
+        naive_lwlrap(preds, target, ignore_index=-1, ties="expected"),
+    )
 
 
 def _close(got, want):

@@ -80,9 +80,9 @@ def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):
     for min_scores in (10**12, 1):  # serial variant; parallel with every thread torch allows
         monkeypatch.setattr(_numba_kernel, "PARALLEL_MIN_SCORES_PER_THREAD", min_scores)
         with use_engine("numba"):
-            for ties in ("max", "index"):
+            for ties in ("max", "index", "expected"):  # the ranking pass; the counts pass and the compiled rule
                 results.append(ranking_sums(preds, positive & known, known, ties=ties))
-    serial, parallel = results[:2], results[2:]
+    serial, parallel = results[:3], results[3:]
     for one, other in zip(serial, parallel):
         for a, b in zip(one, other):
             assert torch.equal(a, b)
