@@ -820,9 +820,7 @@ def _sums_from_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor], 
     device = preds.device
     known_count, blocks = _counts_blocks(preds, positive, known, check_nan)
     if known_count is not None:  # compact counts: the label counts come with them
-        sums = RankingSums.for_kernel(num_samples, num_classes, device)
-        sums.sample_precision_sum.zero_()
-        sums.sample_label_count.zero_()
+        sums = RankingSums.for_kernel(num_samples, num_classes, device)  # every row's sums are set below
         sums.sample_known_count.copy_(known_count)
     else:
         class_label_count, sample_label_count, sample_known_count = _label_counts(

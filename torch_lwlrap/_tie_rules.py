@@ -93,14 +93,10 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
             return torch.where(counts.positive, precision, 0.0)
         precision = (above_positive + 1) / (above + 1)  # the value without a tie (g = 1)
         if precision.device.type == "cpu":
-            # Most positives tie with no other label: the closed form for the others only (all of them for the
-            # tied positives that the numba pass hands over).
+            # Most positives tie with no other label: the closed form for the others only.
             tied = (counts.tied > 1).view(-1).nonzero().squeeze(1)
-            if tied.numel() == precision.numel():
-                precision = _expected_precision(*counts[1:5])
-            elif tied.numel():
-                flat = [field.reshape(-1).index_select(0, tied) for field in counts[1:5]]
-                precision.view(-1).index_copy_(0, tied, _expected_precision(*flat))
+            flat = [field.reshape(-1).index_select(0, tied) for field in counts[1:5]]
+            precision.view(-1).index_copy_(0, tied, _expected_precision(*flat))
         else:  # no host-device sync: every entry
             precision = _expected_precision(counts.above, counts.above_positive, counts.tied, counts.tied_positive)
     elif ties in BOUNDS:
