@@ -107,13 +107,20 @@ def test_unknown_variable_value_is_a_clear_error_and_leaves_the_state(monkeypatc
 def triton_kernel(monkeypatch):
     """The Triton module with CPU tensors taken for GPU ones (a Volta-or-newer GPU), and the "triton" path forced
     through the environment variable."""
-    kernel = pytest.importorskip("torch_lwlrap._triton_kernel")
+    from torch_lwlrap import _triton_kernel as kernel  # imports without Triton: its host code is plain torch
+
     if getattr(kernel, "_INTERPRETED", False):
         pytest.skip("Triton's interpreter runs the kernel on CPU tensors in this process")
     monkeypatch.setattr(kernel, "GPU_DEVICE_TYPES", {"cuda", "cpu"})
     monkeypatch.setattr(kernel, "_capability", lambda device: (9, 0))
     monkeypatch.setenv(ENGINE_VARIABLE, "triton")
     return kernel
+
+
+@pytest.fixture
+def needs_triton():
+    """Skip where Triton is not installed: the case replaces or launches the real kernels, or raises Triton's errors."""
+    pytest.importorskip("triton", reason="needs Triton (pip install triton): the case uses the real kernels")
 
 
 class FailingKernel:
@@ -175,6 +182,7 @@ CASES = [make_case(seed, n, c, ignore_index=-1) for seed, (n, c) in enumerate([(
     [(_compile_error, "CompilationError"), (_out_of_resources, "OutOfResources: out of resource: shared memory")],
     ids=["compile", "launch-out-of-resources"],
 )
+@pytest.mark.usefixtures("needs_triton")
 def test_kernel_failure_warns_once_and_ranks_on_torch(triton_kernel, monkeypatch, make_error, cause):
     failing = FailingKernel(make_error())
     monkeypatch.setattr(triton_kernel, "_rows_kernel", failing)
@@ -184,6 +192,7 @@ def test_kernel_failure_warns_once_and_ranks_on_torch(triton_kernel, monkeypatch
     assert isinstance(_ranking._triton_failure, type(failing.error))
 
 
+@pytest.mark.usefixtures("needs_triton")
 def test_driver_mismatch_the_real_launch_fails_without_a_gpu(triton_kernel):
     # No kernel replaced: Triton itself refuses to launch on a machine without a driver for the tensors' device.
     _check_batches_fall_back(CASES, "Triton kernel failed on cpu")
@@ -202,6 +211,7 @@ def test_triton_failing_to_import_warns_even_under_auto(triton_kernel, monkeypat
     assert triton_kernel.unavailable_reason(torch.device("cuda")).startswith("Triton is installed but failed")
 
 
+@pytest.mark.usefixtures("needs_triton")
 def test_gpu_older_than_volta(triton_kernel, monkeypatch):
     monkeypatch.setattr(triton_kernel, "_capability", lambda device: (6, 0))
     failing = FailingKernel(AssertionError("the kernel must not be launched on a GPU older than Volta"))
@@ -213,6 +223,7 @@ def test_gpu_older_than_volta(triton_kernel, monkeypatch):
     assert _ranking._triton_failure is None
 
 
+@pytest.mark.usefixtures("needs_triton")
 def test_a_kernel_that_returns_is_never_second_guessed(triton_kernel, monkeypatch):
     # Fallback happens on an exception only, never on the values: a launch that returns is taken as it is.
     launched = []
@@ -232,6 +243,7 @@ def test_a_kernel_that_returns_is_never_second_guessed(triton_kernel, monkeypatc
     assert launched and _ranking._triton_failure is None
 
 
+@pytest.mark.usefixtures("needs_triton")
 def test_metric_in_a_training_loop_survives_a_failing_kernel(triton_kernel, monkeypatch):
     # The user's form: a metric updated batch after batch (forward returns the batch value) while the GPU kernel
     # cannot launch; one warning, and the epoch value over all batches equals the naive one.
