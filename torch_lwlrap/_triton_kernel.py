@@ -90,6 +90,13 @@ ROWS_PER_PROGRAM_MIN = 16
 #: ``benchmarks/gpu_check.py`` times both.
 PREFETCH = True
 
+#: Compiler options of every launch and ahead-of-time compile, stated rather than left to Triton's defaults. The
+#: kernels' only floating-point arithmetic is one division per positive and sums, which no multiply-add fusion
+#: touches: fusion off is what they compute either way. Stating it keeps the code independent of Triton's changing
+#: default (on up to 3.9, off from 3.10) and of ``TRITON_DEFAULT_FP_FUSION``, and is what Triton 3.9 asks of code
+#: that does not want its warning that the default will change.
+COMPILE_OPTIONS = {"enable_fp_fusion": False}
+
 #: The packed counts hold ``rank`` in the low 16 bits and ``hits`` above: tiles of at most this many columns.
 _PACK_LIMIT = 16384
 
@@ -265,10 +272,10 @@ def ranking_sums_triton(
         >>> import torch
         >>> from torch_lwlrap import _triton_kernel as kernel
         >>> from torch_lwlrap._ranking import ranking_sums, use_engine
-        >>> device = "cuda" if kernel.is_available("cuda") else "cpu"
+        >>> engine, device = ("triton", "cuda") if kernel.is_available("cuda") else ("sort", "cpu")
         >>> scores = torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]], device=device)
         >>> positive = torch.tensor([[True, False, True], [False, True, True]], device=device)
-        >>> with use_engine("triton"):
+        >>> with use_engine(engine):
         ...     sums = ranking_sums(scores, positive)
         >>> sums.class_precision_sum.tolist()  # column 0: 2/3 in row 0; column 1: 1/1 in row 1; column 2: 1/2 + 2/2
         [0.6666666666666666, 1.0, 1.5]
@@ -291,7 +298,9 @@ def ranking_sums_triton(
     if launch is None:
         return
     with torch.cuda.device(preds.device) if preds.device.type == "cuda" else contextlib.nullcontext():
-        launch.kernel[(launch.grid,)](*launch.args, **launch.constexprs, num_warps=launch.num_warps)
+        launch.kernel[(launch.grid,)](
+            *launch.args, **launch.constexprs, num_warps=launch.num_warps, **COMPILE_OPTIONS
+        )
     class_precision_sum.add_(launch.workspace.sum(0))
     class_label_count.add_(launch.count_workspace.sum(0))
 
@@ -453,7 +462,8 @@ def compile_for(
     kernel = launch.kernel
     signature, constexprs, attrs = _specialization(launch)
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": launch.num_warps})
+    options = {"num_warps": launch.num_warps, **COMPILE_OPTIONS}
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
     return CompiledLaunch(
         kernel.__name__,
         dict(launch.constexprs),
