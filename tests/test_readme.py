@@ -83,14 +83,13 @@ def test_readme_challenge_files_command_runs(tmp_path, capsys, monkeypatch):
     assert "the 10 worst of" in out
 
 
-def test_quickstart_pastes_into_the_python_prompt():
-    # Line by line into the interactive interpreter, as a paste into `python` does: a statement after an indented
-    # block needs a blank line first. What the prompt echoes must be what the comments promise, in order.
+def _paste(block):
+    """Feed ``block`` line by line to the interactive interpreter, as a paste into `python` does (a statement after
+    an indented block needs a blank line first). Returns what the prompt echoed and what it wrote as errors."""
     import code
     import contextlib
     import io
 
-    quickstart = re.search(r"## Quickstart\n.*?```python\n(.*?)```", README.read_text(), flags=re.S).group(1)
     errors = []
 
     class Console(code.InteractiveConsole):
@@ -99,13 +98,32 @@ def test_quickstart_pastes_into_the_python_prompt():
 
     console, echoed = Console(), io.StringIO()
     with contextlib.redirect_stdout(echoed):
-        for line in quickstart.splitlines():
-            assert not console.push(line) or line.startswith((" ", "for ", "with ", "if ", "def ", "class ")), (
-                f"the prompt is still waiting after {line!r}"
-            )
+        for line in block.splitlines():
+            console.push(line)
+            assert not errors, f"pasting {line!r}: " + "".join(errors)
         console.push("")
     assert not errors, "".join(errors)
+    return echoed.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_python_blocks_paste_into_the_python_prompt(index):
+    # Every block pastes as is into the `python` prompt, and what the prompt echoes for a line whose comment
+    # promises a tensor is that tensor, written as the comment writes it (dtype included).
+    block = BLOCKS[index]
+    if "lightning" in block:
+        pytest.importorskip("lightning")
+    echoed = _paste(block)
+    promised = [comment.strip() for line in block.splitlines() if not line.startswith(" ")
+                for code_part, _, comment in [line.partition("#")]
+                if comment.strip().startswith("tensor(") and not re.match(r"\s*\w+\s*=[^=]", code_part)]
+    assert [line for line in echoed if line.startswith("tensor(")] == promised
+
+
+def test_quickstart_pastes_into_the_python_prompt():
+    quickstart = re.search(r"## Quickstart\n.*?```python\n(.*?)```", README.read_text(), flags=re.S).group(1)
+    echoed = _paste(quickstart)
     promised = [comment.strip() for line in quickstart.splitlines() if not line.startswith(" ")
                 for code_part, _, comment in [line.partition("#")] if comment.strip().startswith("tensor(")]
     assert len(promised) == 4
-    assert echoed.getvalue().splitlines() == promised
+    assert echoed == promised
