@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ from tests.reference import (
     run_kernel,
     special_rows_case,
 )
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
+from torch_lwlrap import EngineFallbackWarning, MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
+from torch_lwlrap import _ranking
 from torch_lwlrap import _triton_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
 
@@ -289,9 +291,18 @@ def test_engine_dispatch(monkeypatch):
     preds, target = make_case(81, 8, 4)
     preds, target = preds.to(DEVICE), target.to(DEVICE)
     want = naive_lwlrap(preds.cpu(), target.cpu())
-    with use_engine("triton"):
+    # Where the kernel cannot run, forcing "triton" ranks on the torch sort path and says so, once.
+    monkeypatch.setattr(_ranking, "_warned", set())
+    with use_engine("triton"), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
         assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, abs=1e-12)
-    assert calls == ([DEVICE] if RUN_KERNEL else [])  # where the kernel cannot run, "triton" means "sort"
+    fallbacks = [str(w.message) for w in record if issubclass(w.category, EngineFallbackWarning)]
+    assert calls == ([DEVICE] if RUN_KERNEL else [])
+    if RUN_KERNEL:
+        assert not fallbacks
+    else:
+        assert len(fallbacks) == 1 and "triton engine cannot rank cpu tensors" in fallbacks[0]
+        assert "torch sort path" in fallbacks[0]
     calls.clear()
     with use_engine("auto"):
         assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, abs=1e-12)
@@ -301,8 +312,9 @@ def test_engine_dispatch(monkeypatch):
 
 def test_triton_engine_falls_back_to_sort_where_unavailable(monkeypatch):
     monkeypatch.setattr(kernel, "is_available", lambda device, dtype=None: False)
+    monkeypatch.setattr(_ranking, "_warned", set())
     preds, target = make_case(91, 15, 6, ignore_index=-1)
-    with use_engine("triton"):
+    with use_engine("triton"), pytest.warns(EngineFallbackWarning, match="Ranking with the torch sort path"):
         got = multilabel_lwlrap(preds, target, ignore_index=-1, ties="index").item()
     assert got == pytest.approx(naive_lwlrap(preds, target, "index", -1), abs=1e-12)
 

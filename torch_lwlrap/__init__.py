@@ -3,7 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from torch_lwlrap._ranking import EngineFallbackWarning
+    from torch_lwlrap._ranking import EngineFallbackWarning, get_engine, use_engine
     from torch_lwlrap._tie_report import TieReport, tie_report
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
     from torch_lwlrap.intervals import Comparison, Interval, compare_lwlrap, multilabel_lrap_ci, multilabel_lwlrap_ci
@@ -31,6 +31,7 @@ __all__ = [
     "TieReport",
     "__version__",
     "compare_lwlrap",
+    "get_engine",
     "multilabel_coverage_error",
     "multilabel_lrap",
     "multilabel_lrap_ci",
@@ -41,6 +42,7 @@ __all__ = [
     "multilabel_ranking_loss",
     "multilabel_retrieval_at_k",
     "tie_report",
+    "use_engine",
 ]
 
 _RANKING_FUNCTIONS = (
@@ -69,10 +71,10 @@ def __getattr__(name: str) -> Any:
         from torch_lwlrap import intervals
 
         return getattr(intervals, name)
-    if name == "EngineFallbackWarning":
+    if name in ("EngineFallbackWarning", "get_engine", "use_engine"):
         from torch_lwlrap import _ranking
 
-        return _ranking.EngineFallbackWarning
+        return getattr(_ranking, name)
     if name in _RANKING_FUNCTIONS:
         from torch_lwlrap import ranking_functional
 
@@ -90,3 +92,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(ranking_metrics, name)
     raise AttributeError(f"module 'torch_lwlrap' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    # The public names are loaded on first use (above), so list them for dir() and tab completion.
+    return sorted(set(globals()) | set(__all__))

@@ -21,6 +21,7 @@ and samples.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional, Tuple, Union
 
 import torch
@@ -269,12 +270,32 @@ def percentile_interval(replicates: Tensor, level: float) -> Tuple[Tensor, Tenso
     level = check_level(level)
     replicates = replicates.to(torch.float64)
     tail = (1.0 - level) / 2.0
+    needed = min_replicates(level)
+    if 0 < replicates.shape[0] < needed:
+        warnings.warn(
+            f"A {level:g} percentile interval from {replicates.shape[0]} bootstrap replicate(s) is degenerate: each "
+            f"tail holds {replicates.shape[0] * tail:.3g} of a replicate, so the bounds are the extreme replicates "
+            f"(one replicate gives an interval of width 0). Use at least {needed} replicates (num_bootstrap, or "
+            f"--bootstrap/--ci on the command line); 1000 or more is usual.",
+            UserWarning,
+            stacklevel=3,
+        )
     q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64, device=replicates.device)
     if replicates.shape[0] == 0:
         nan = torch.full(replicates.shape[1:], math.nan, dtype=torch.float64, device=replicates.device)
         return nan, nan.clone()
     bounds = torch.nanquantile(replicates, q, dim=0)
     return bounds[0], bounds[1]
+
+
+def min_replicates(level: float) -> int:
+    """The fewest replicates whose tails each hold a whole replicate at ``level``: ``ceil(2 / (1 - level))``.
+
+    Example:
+        >>> min_replicates(0.95), min_replicates(0.9), min_replicates(0.99)
+        (40, 20, 200)
+    """
+    return math.ceil(round(2.0 / (1.0 - level), 9))
 
 
 def paired_p_value(difference_replicates: Tensor) -> Tensor:

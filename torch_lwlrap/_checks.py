@@ -7,6 +7,7 @@ leaves the state exactly as it was.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Iterator, Optional, Tuple
 
 import torch
@@ -124,6 +125,34 @@ def values_only(value):
     return value.detach() if isinstance(value, Tensor) else value
 
 
+#: Modules whose frames sit between a user's call and the checks: the package, torchmetrics and torch (a metric's
+#: ``forward`` and ``update`` are called through them).
+_LIBRARY_MODULES = ("torch_lwlrap", "torchmetrics", "torch", "contextlib", "functools")
+
+
+def user_call() -> str:
+    """How the user called into the package, for an error that tells them how to call it: the outermost call of a
+    :mod:`torch_lwlrap` function or method below the first frame outside the library, written as a call with the
+    scores first, in backticks (```multilabel_ranking_loss(preds=scores, target=labels)```, or
+    ```metric.update(preds=scores, target=labels)` on your MultilabelLWLRAP`` for a metric's ``update``,
+    ```metric(...)``` for its ``forward``). Read on the error path only.
+    """
+    frame, outermost = sys._getframe(1), None
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_MODULES:
+        if frame.f_globals.get("__name__", "").startswith("torch_lwlrap"):
+            outermost = frame
+        frame = frame.f_back
+    if outermost is None:
+        return "`multilabel_lwlrap(preds=scores, target=labels)`"
+    name, owner = outermost.f_code.co_name, outermost.f_locals.get("self")
+    if owner is not None:
+        call = "metric" if name == "forward" else f"metric.{name}"
+        return f"`{call}(preds=scores, target=labels)` on your {type(owner).__name__}"
+    if "preds_a" in outermost.f_code.co_varnames[: outermost.f_code.co_argcount + outermost.f_code.co_kwonlyargcount]:
+        return f"`{name}(preds_a=scores_a, preds_b=scores_b, target=labels)`"
+    return f"`{name}(preds=scores, target=labels)`"
+
+
 def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
     """Checks that need no look at the values, hence no host-device sync: always run."""
     for name, value in (("preds", preds), ("target", target)):
@@ -133,7 +162,7 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
         raise TypeError(
             f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and `target` "
             f"has the floating dtype {target.dtype}: the arguments look swapped. Pass the scores first and the 0/1 "
-            f"labels second: `multilabel_lwlrap(preds=scores, target=labels)`, `metric.update(scores, labels)`."
+            f"labels second: {user_call()}."
         )
     if not preds.is_floating_point():
         raise TypeError(

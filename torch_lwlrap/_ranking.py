@@ -222,25 +222,35 @@ def _warn_unavailable(engine: str, device: torch.device) -> None:
     if engine == "numba":
         from torch_lwlrap import _numba_kernel
 
-        if _numba_kernel.numba is not None or device.type != "cpu":
-            return  # "numba" forced for other devices ranks them on the torch path, as documented
-        reason, fix = "numba is not installed", "install it with `pip install numba` (the package's `cpu` extra)"
+        if device.type == "meta":
+            return  # shapes only: tests of syncs and memory force paths on meta tensors
+        if device.type != "cpu":
+            reason = "the numba kernels rank CPU tensors"
+            fix = f"move the tensors to the CPU, or set {ENGINE_VARIABLE}=auto (or unset it) to pick by device"
+        elif _numba_kernel.numba is None:
+            reason, fix = "numba is not installed", "install it with `pip install numba` (the package's `cpu` extra)"
+        else:
+            return
     else:  # "triton", or "auto" on a device other than the CPU
         from torch_lwlrap import _triton_kernel
 
         if device.type not in _triton_kernel.GPU_DEVICE_TYPES:
-            return  # "triton" forced for CPU tensors ranks them on the torch path, as documented
-        reason = _triton_kernel.unavailable_reason(device)
-        if reason is None or (engine == "auto" and _triton_kernel._IMPORT_ERROR is None):
-            return  # auto without Triton, or on a GPU older than Volta: the torch path, as documented
-        if _triton_kernel.triton is None:
-            fix = "install a Triton that matches your PyTorch with `pip install triton` (the package's `gpu` extra)"
+            if engine == "auto" or device.type == "meta":
+                return  # auto on a device Triton never serves; meta tensors in tests of syncs and memory
+            reason = f"the kernel ranks CUDA tensors, not {device.type} ones"
+            fix = f"move the tensors to a CUDA GPU, or set {ENGINE_VARIABLE}=auto (or unset it) to pick by device"
         else:
-            fix = f"set {ENGINE_VARIABLE}=auto (or unset it), which takes the torch path on this GPU silently"
+            reason = _triton_kernel.unavailable_reason(device)
+            if reason is None or (engine == "auto" and _triton_kernel._IMPORT_ERROR is None):
+                return  # auto without Triton, or on a GPU older than Volta: the torch path, as documented
+            if _triton_kernel.triton is None:
+                fix = "install a Triton that matches your PyTorch with `pip install triton` (the package's `gpu` extra)"
+            else:
+                fix = f"set {ENGINE_VARIABLE}=auto (or unset it), which takes the torch path on this GPU silently"
     _warn_once(
         ("unavailable", engine, reason),
-        f"torch_lwlrap: the {engine} engine cannot rank {device} tensors: {reason}. Ranking with a torch path "
-        f"instead (exact, slower); to fix it, {fix}.",
+        f"torch_lwlrap: the {engine} engine cannot rank {device} tensors: {reason}. Ranking with the torch sort "
+        f"path instead (exact, slower); to fix it, {fix}.",
     )
 
 

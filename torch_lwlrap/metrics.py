@@ -7,6 +7,7 @@ predictions are kept or gathered, and ``forward`` needs no full state update.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
@@ -186,7 +187,16 @@ class _Bootstrap:
         within it ``level`` of the time), not the variability of training.
         """
         self._check_bootstrap(level)
-        return _bootstrap.percentile_interval(self.bootstrap_samples(), level)
+        replicates = self.bootstrap_samples()
+        if replicates.numel() and bool(torch.isnan(replicates).all()):
+            warnings.warn(
+                f"{type(self).__name__}.confidence_interval() is undefined, (nan, nan): no bootstrap replicate holds "
+                f"a positive label (or a sample) yet. Call it after `update` has seen batches with positive labels, "
+                f"as for `compute()`.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return _bootstrap.percentile_interval(replicates, level)
 
 
 class MultilabelLWLRAP(_Bootstrap, Metric):
@@ -606,6 +616,32 @@ class MultilabelTieReport(Metric):
         for rule, total in zip(TIE_SUM_RULES, self.precision_sum.unbind()):
             values[f"lwlrap_{rule}"] = total / count
         return values
+
+    def plot(self, val: Optional[Any] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:
+        """Plot what :meth:`compute` returns (the default ``val``): a bar per value, with lwlrap's range over tie
+        orders (worst to best) shaded; a sequence of such dicts (several steps) as torchmetrics plots it. Needs
+        matplotlib (``pip install matplotlib``, the ``plot`` extra).
+
+        Returns:
+            ``(fig, ax)``.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelTieReport
+            >>> metric = MultilabelTieReport(num_labels=4)
+            >>> metric.update(torch.tensor([[1.0, 1.0, 1.0, 0.2]]), torch.tensor([[1, 0, 1, 0]]))
+            >>> fig, ax = metric.plot()
+        """
+        if val is None:
+            val = self.compute()
+        if isinstance(val, dict):
+            from torch_lwlrap.plot import plot_values
+
+            return plot_values(
+                val, ax=ax, title=type(self).__name__, span=("lwlrap_worst", "lwlrap_best"),
+                span_label="lwlrap over tie orders, worst to best", span_rows=[n for n in val if n != "tied_share"],
+            )
+        return self._plot(val, ax)
 
     def report(self) -> TieReport:
         """The :class:`~torch_lwlrap.TieReport` of all accumulated batches (synced across processes as

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+import math
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -93,6 +94,77 @@ def plot_per_class(
         else:
             label = f"{float(values[i]):.3f}"
         ax.text(min(heights[y], 1.0) + 0.01, y, label, va="center", fontsize=8)
+    if title:
+        ax.set_title(title)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig, ax
+
+
+def plot_values(
+    values: Mapping[str, Tensor],
+    *,
+    ax: Optional[Any] = None,
+    title: Optional[str] = None,
+    span: Optional[Tuple[str, str]] = None,
+    span_label: Optional[str] = None,
+    span_rows: Optional[Sequence[str]] = None,
+) -> Tuple[Any, Any]:
+    """Horizontal bars of named scalar values (a dict-valued metric's :meth:`compute`), each labelled with its value.
+
+    Values on different scales (a coverage error next to precisions) share the axis: each bar carries its value as
+    text. NaN values are drawn as empty rows marked "undefined".
+
+    Args:
+        values: ``{name: scalar tensor}``, drawn top to bottom in the dict's order.
+        ax: matplotlib axes to draw into; a new figure when None.
+        title: axes title.
+        span: two names in ``values`` whose values bound a range to shade behind the bars (the tie report's
+            worst and best orders).
+        span_label: the legend of the shaded range (default "from <first> to <second>").
+        span_rows: the names whose rows the shading covers (from the first to the last of them); all by default.
+
+    Returns:
+        ``(fig, ax)``.
+
+    Example:
+        >>> import torch
+        >>> from torch_lwlrap.plot import plot_values
+        >>> fig, ax = plot_values({"lwlrap": torch.tensor(0.79), "coverage_error": torch.tensor(2.5)})
+    """
+    plt = _pyplot()
+    if not values:
+        raise ValueError("Argument `values` must hold at least one value to plot, but got an empty dict.")
+    names = list(values)
+    numbers = []
+    for name in names:
+        value = values[name]
+        value = value.detach().to("cpu", torch.float64) if isinstance(value, Tensor) else torch.tensor(float(value))
+        if value.numel() != 1:
+            raise ValueError(f"Value {name!r} must be a scalar, but got shape {tuple(value.shape)}.")
+        numbers.append(float(value))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, max(2.0, 0.4 * len(names) + 1)))
+    else:
+        fig = ax.get_figure()
+    finite = [v for v in numbers if math.isfinite(v)]
+    right = max([1.0] + finite)
+    left = min([0.0] + finite)
+    positions = range(len(names))
+    ax.barh(positions, [v if math.isfinite(v) else 0.0 for v in numbers], color="tab:blue", zorder=1)
+    if span is not None:
+        low, high = (numbers[names.index(name)] for name in span)
+        if math.isfinite(low) and math.isfinite(high):
+            rows = [y for y, name in enumerate(names) if span_rows is None or name in span_rows]
+            ax.fill_betweenx([min(rows) - 0.45, max(rows) + 0.45], min(low, high), max(low, high), color="tab:orange",
+                             alpha=0.25, zorder=0, label=span_label or f"from {span[0]} to {span[1]}")
+            ax.legend(loc="lower right", fontsize=8)
+    ax.set_yticks(list(positions))
+    ax.set_yticklabels(names)
+    ax.set_xlim(left, right * 1.15)
+    for y, value in zip(positions, numbers):
+        label = f"{value:.4g}" if math.isfinite(value) else "undefined"
+        ax.text((value if math.isfinite(value) else 0.0) + 0.01 * (right - left), y, label, va="center", fontsize=8)
     if title:
         ax.set_title(title)
     ax.invert_yaxis()

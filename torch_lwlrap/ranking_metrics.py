@@ -7,7 +7,7 @@ with ``dist_reduce_fx="sum"``, named after its metric so that a ``MetricCollecti
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -92,6 +92,29 @@ class _RankingMetric(Metric):
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "_RankingMetric":
         floats = tuple(name for name in self._sum_names if self._defaults[name].dtype == torch.float64)
         return _apply_keeping_float64(self, fn, exclude_state, floats)
+
+    def plot(self, val: Optional[Any] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:
+        """Plot what :meth:`compute` returns (the default ``val``): a dict of values as one bar per metric, each
+        labelled with its value; a scalar, or a sequence of values from several steps (scalars or dicts), as
+        torchmetrics plots them. Needs matplotlib (``pip install matplotlib``, the ``plot`` extra).
+
+        Returns:
+            ``(fig, ax)``.
+
+        Example:
+            >>> import torch
+            >>> from torch_lwlrap import MultilabelRankingMetrics
+            >>> metric = MultilabelRankingMetrics(num_labels=3, k=1)
+            >>> metric.update(torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1], [0, 1, 1]]))
+            >>> fig, ax = metric.plot()
+        """
+        if val is None:
+            val = self.compute()
+        if isinstance(val, dict):
+            from torch_lwlrap.plot import plot_values
+
+            return plot_values(val, ax=ax, title=type(self).__name__)
+        return self._plot(val, ax)
 
     def _scores(self) -> Dict[str, Tensor]:
         return finish(self._spec, {name: getattr(self, name) for name in self._sum_names}, self.empty_target)

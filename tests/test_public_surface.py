@@ -1,0 +1,214 @@
+"""What a user meets first: the names the package exports, the errors that tell them how to call it, the plots of
+every metric and the warnings of an interval that cannot mean anything yet."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import torch_lwlrap
+from tests.reference import make_case, naive_lwlrap
+from torch_lwlrap import _ranking
+
+plt = pytest.importorskip("matplotlib.pyplot", reason="needs matplotlib (pip install matplotlib)")
+
+
+# --- names -----------------------------------------------------------------------------------------------------
+
+
+def test_engine_setting_is_exported():
+    from torch_lwlrap import get_engine, use_engine
+
+    assert use_engine is _ranking.use_engine and get_engine is _ranking.get_engine
+    preds, target = make_case(3, 30, 6)
+    with use_engine("sort"):
+        assert get_engine() == "sort"
+        value = torch_lwlrap.multilabel_lwlrap(preds, target)
+    assert value.item() == pytest.approx(naive_lwlrap(preds, target), rel=1e-12)
+
+
+def test_dir_lists_every_public_name_and_each_resolves():
+    listed = dir(torch_lwlrap)
+    assert set(torch_lwlrap.__all__) <= set(listed)
+    for name in torch_lwlrap.__all__:
+        assert getattr(torch_lwlrap, name) is not None, name
+
+
+def test_dir_stays_lazy_in_a_fresh_process():
+    # Tab completion lists the names without importing torch (the command line pays for torch only when it ranks).
+    code = "import sys, torch_lwlrap; names = dir(torch_lwlrap); print('torch' in sys.modules, 'use_engine' in names)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
+
+
+# --- swapped arguments name the call the user made ---------------------------------------------------------------
+
+FUNCTIONS = {
+    "multilabel_lwlrap": lambda p, t: torch_lwlrap.multilabel_lwlrap(p, t),
+    "multilabel_lwlrap_per_class": lambda p, t: torch_lwlrap.multilabel_lwlrap_per_class(p, t),
+    "multilabel_lrap": lambda p, t: torch_lwlrap.multilabel_lrap(p, t),
+    "multilabel_ranking_loss": lambda p, t: torch_lwlrap.multilabel_ranking_loss(p, t),
+    "multilabel_coverage_error": lambda p, t: torch_lwlrap.multilabel_coverage_error(p, t),
+    "multilabel_one_error": lambda p, t: torch_lwlrap.multilabel_one_error(p, t),
+    "multilabel_retrieval_at_k": lambda p, t: torch_lwlrap.multilabel_retrieval_at_k(p, t, k=2),
+    "tie_report": lambda p, t: torch_lwlrap.tie_report(p, t),
+    "multilabel_lwlrap_ci": lambda p, t: torch_lwlrap.multilabel_lwlrap_ci(p, t, num_bootstrap=50),
+    "multilabel_lrap_ci": lambda p, t: torch_lwlrap.multilabel_lrap_ci(p, t, num_bootstrap=50),
+}
+
+
+def _swapped():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.rand(6, 4, generator=g)
+    labels = (torch.rand(6, 4, generator=g) < 0.5).long()
+    return labels, scores  # in the wrong order
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_swapped_arguments_name_the_function_called(name):
+    labels, scores = _swapped()
+    with pytest.raises(TypeError, match="look swapped") as error:
+        FUNCTIONS[name](labels, scores)
+    assert f"`{name}(preds=scores, target=labels)`" in str(error.value)
+
+
+def test_swapped_arguments_of_compare_name_its_three_arguments():
+    labels, scores = _swapped()
+    with pytest.raises(TypeError, match=r"`compare_lwlrap\(preds_a=scores_a, preds_b=scores_b, target=labels\)`"):
+        torch_lwlrap.compare_lwlrap(labels, labels, scores, num_bootstrap=50)
+
+
+CLASSES = {
+    "MultilabelLWLRAP": lambda: torch_lwlrap.MultilabelLWLRAP(num_labels=4),
+    "MultilabelLRAP": lambda: torch_lwlrap.MultilabelLRAP(num_labels=4),
+    "MultilabelTieReport": lambda: torch_lwlrap.MultilabelTieReport(num_labels=4),
+    "MultilabelRankingLoss": lambda: torch_lwlrap.MultilabelRankingLoss(num_labels=4),
+    "MultilabelCoverageError": lambda: torch_lwlrap.MultilabelCoverageError(num_labels=4),
+    "MultilabelOneError": lambda: torch_lwlrap.MultilabelOneError(num_labels=4),
+    "MultilabelRetrievalAtK": lambda: torch_lwlrap.MultilabelRetrievalAtK(num_labels=4, k=2),
+    "MultilabelRankingMetrics": lambda: torch_lwlrap.MultilabelRankingMetrics(num_labels=4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_swapped_arguments_name_the_metric_and_its_method(name):
+    labels, scores = _swapped()
+    metric = CLASSES[name]()
+    with pytest.raises(TypeError, match="look swapped") as error:
+        metric.update(labels, scores)
+    assert f"`metric.update(preds=scores, target=labels)` on your {name}" in str(error.value)
+    with pytest.raises(TypeError, match="look swapped") as error:
+        metric(labels, scores)  # forward, as a training step calls it
+    assert f"`metric(preds=scores, target=labels)` on your {name}" in str(error.value)
+
+
+# --- plots of every metric -----------------------------------------------------------------------------------------
+
+
+def _bars(ax):
+    """``{label: width}`` of a horizontal bar chart."""
+    labels = [tick.get_text() for tick in ax.get_yticklabels()]
+    return dict(zip(labels, [patch.get_width() for patch in ax.patches[: len(labels)]]))
+
+
+@pytest.mark.parametrize("name", ["MultilabelRankingMetrics", "MultilabelRetrievalAtK"])
+def test_dict_valued_metrics_plot_a_bar_per_value(name):
+    preds, target = make_case(5, 40, 4)
+    metric = CLASSES[name]()
+    metric.update(preds, target)
+    values = metric.compute()
+    fig, ax = metric.plot()
+    bars = _bars(ax)
+    assert list(bars) == list(values)
+    for key, value in values.items():
+        assert bars[key] == pytest.approx(value.item() if math.isfinite(value.item()) else 0.0, abs=1e-12), key
+    steps = [metric(preds[:20], target[:20]), metric(preds[20:], target[20:])]
+    fig2, ax2 = metric.plot(steps)  # several steps: one line per value, as torchmetrics draws them
+    assert len(ax2.get_lines()) >= len(values)
+    plt.close(fig)
+    plt.close(fig2)
+
+
+@pytest.mark.parametrize("name", ["MultilabelRankingLoss", "MultilabelCoverageError", "MultilabelOneError"])
+def test_scalar_ranking_metrics_plot_like_torchmetrics(name):
+    preds, target = make_case(6, 30, 4)
+    metric = CLASSES[name]()
+    values = [metric(preds[:15], target[:15]), metric(preds[15:], target[15:])]
+    fig, ax = metric.plot()
+    assert ax.get_lines()[0].get_ydata()[0] == pytest.approx(metric.compute().item(), abs=1e-12)
+    fig2, _ = metric.plot(values)
+    plt.close(fig)
+    plt.close(fig2)
+
+
+def test_tie_report_plot_draws_each_rule_and_the_range_over_tie_orders():
+    metric = torch_lwlrap.MultilabelTieReport(num_labels=4)
+    metric.update(torch.tensor([[1.0, 1.0, 1.0, 0.2]]), torch.tensor([[1, 0, 1, 0]]))
+    values = metric.compute()
+    fig, ax = metric.plot()
+    bars = _bars(ax)
+    assert list(bars) == ["tied_share", "lwlrap_max", "lwlrap_expected", "lwlrap_best", "lwlrap_worst"]
+    for key, value in values.items():
+        assert bars[key] == pytest.approx(value.item(), abs=1e-12)
+    # The shaded range: from the worst order (1/2 + 2/3) / 2 to the best (1 + 1) / 2, over the lwlrap rows only.
+    (band,) = [c for c in ax.collections if c.get_label().startswith("lwlrap over tie orders")]
+    xs, ys = band.get_paths()[0].vertices.T
+    assert (xs.min(), xs.max()) == pytest.approx((7 / 12, 1.0), abs=1e-12)
+    assert ys.min() > 0.5  # below the tied_share row (row 0)
+    plt.close(fig)
+
+
+# --- intervals that cannot mean anything yet warn -----------------------------------------------------------------
+
+
+def test_interval_before_any_update_warns_as_compute_does():
+    metric = torch_lwlrap.MultilabelLWLRAP(num_labels=4, num_bootstrap=100, bootstrap_seed=0)
+    with pytest.warns(UserWarning, match=r"confidence_interval\(\) is undefined, \(nan, nan\)"):
+        low, high = metric.confidence_interval()
+    assert math.isnan(low.item()) and math.isnan(high.item())
+    lrap = torch_lwlrap.MultilabelLRAP(num_labels=4, num_bootstrap=100, bootstrap_seed=0)
+    with pytest.warns(UserWarning, match="no bootstrap replicate holds"):
+        lrap.confidence_interval()
+
+
+def test_too_few_replicates_warn_and_say_how_many_the_level_needs():
+    preds, target = make_case(7, 200, 6)
+    metric = torch_lwlrap.MultilabelLWLRAP(num_labels=6, num_bootstrap=1, bootstrap_seed=0)
+    metric.update(preds, target)
+    with pytest.warns(UserWarning, match=r"from 1 bootstrap replicate\(s\) is degenerate.*at least 40 replicates"):
+        low, high = metric.confidence_interval()
+    assert low.item() == high.item()  # why it warns: one replicate, an interval of width 0
+    with pytest.warns(UserWarning, match=r"at least 200 replicates"):
+        torch_lwlrap.multilabel_lwlrap_ci(preds, target, num_bootstrap=100, level=0.99)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch_lwlrap.multilabel_lwlrap_ci(preds, target, num_bootstrap=40, level=0.95)  # enough: no warning
+
+
+# --- a forced engine that cannot serve the tensors says so --------------------------------------------------------
+
+
+def test_triton_forced_on_cpu_tensors_warns_once_naming_the_path_used(monkeypatch):
+    from torch_lwlrap import _triton_kernel
+
+    if _triton_kernel.is_available("cpu"):
+        pytest.skip("Triton's interpreter ranks CPU tensors in this process")
+    monkeypatch.setattr(_ranking, "_warned", set())
+    monkeypatch.setenv("TORCH_LWLRAP_ENGINE", "triton")
+    metric = torch_lwlrap.MultilabelLWLRAP(num_labels=6)
+    batches = [make_case(20 + i, 16, 6) for i in range(3)]
+    with pytest.warns(torch_lwlrap.EngineFallbackWarning) as record:
+        for preds, target in batches:
+            metric.update(preds.requires_grad_(), target)
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "triton engine cannot rank cpu tensors" in message and "torch sort path" in message
+    assert "TORCH_LWLRAP_ENGINE=auto" in message
+    all_preds = torch.cat([p.detach() for p, _ in batches])
+    all_target = torch.cat([t for _, t in batches])
+    assert metric.compute().item() == pytest.approx(naive_lwlrap(all_preds, all_target), rel=1e-12)
