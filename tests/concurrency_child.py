@@ -13,26 +13,36 @@ import threading
 def _setup():
     import torch
 
-    from torch_lwlrap import _numba_kernel
+    from torch_lwlrap import _numba_runtime
 
     # Enter parallel regions even for the small batches the naive reference can check, with two threads.
-    _numba_kernel.PARALLEL_MIN_SCORES_PER_THREAD = 1
-    _numba_kernel._idle_cores = lambda: 64  # as if the cores were free, on a shared test machine too
+    _numba_runtime.PARALLEL_MIN_SCORES_PER_THREAD = 1
+    _numba_runtime._idle_cores = lambda: 64  # as if the cores were free, on a shared test machine too
     torch.set_num_threads(2)
-    return _numba_kernel
+    return _numba_runtime
 
 
 def _score(seed):
     """(lwlrap, lrap with ties="index", lwlrap with ties="expected", all with ignored labels) of one small tie-heavy
-    batch, on the default engine: the ranking pass, and the counts pass with the compiled tie rule."""
+    batch, on the default engine: the ranking pass, and the counts pass with the compiled tie rule; then the bounds
+    of the bootstrap interval of lwlrap from the function and from a metric updated in two batches (the bootstrap's
+    compiled pass), equal bit for bit."""
     from tests.reference import make_case
-    from torch_lwlrap import multilabel_lrap, multilabel_lwlrap
+    from torch_lwlrap import MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_ci
 
     preds, target = make_case(seed, 150, 23, ignore_index=-1)
+    interval = multilabel_lwlrap_ci(preds, target, ignore_index=-1, num_bootstrap=200, seed=seed)
+    metric = MultilabelLWLRAP(num_labels=23, ignore_index=-1, num_bootstrap=200, bootstrap_seed=seed)
+    metric.update(preds[:70], target[:70])
+    metric.update(preds[70:], target[70:])
+    low, high = metric.confidence_interval()
+    assert (low.item(), high.item()) == (interval.low.item(), interval.high.item()), seed
     return (
         multilabel_lwlrap(preds, target, ignore_index=-1).item(),
         multilabel_lrap(preds, target.float(), ignore_index=-1, ties="index").item(),
         multilabel_lwlrap(preds, target, ignore_index=-1, ties="expected").item(),
+        interval.low.item(),
+        interval.high.item(),
     )
 
 
@@ -48,7 +58,8 @@ def _reference(seed):
 
 
 def _close(got, want):
-    return all(abs(a - b) <= 1e-12 for a, b in zip(got, want))
+    # The reference has no interval: the bounds are checked against the serial run and across processes.
+    return len(got) == len(want) + 2 and all(abs(a - b) <= 1e-12 for a, b in zip(got, want))
 
 
 class _ScoringDataset:
@@ -92,8 +103,6 @@ def fork_main() -> None:
 
 
 def threads_main() -> None:
-    from torch_lwlrap import _numba_kernel
-
     _setup()
     seeds = list(range(8))
     want = [_reference(seed) for seed in seeds]
@@ -119,9 +128,50 @@ def threads_main() -> None:
     assert not errors, errors
     for name in range(4):
         assert results[name] == serial * 3, name
-    assert not _numba_kernel._parallel_lock.locked()
+    assert not _numba_runtime._parallel_lock.locked()
+    print("OK", flush=True)
+
+
+def one_thread_main() -> None:
+    """``torch.set_num_threads(1)`` before anything: every public function and metric, the bootstrap's, the tie
+    rules' and the ranking family's compiled passes included, runs without starting numba's threads."""
+    import torch
+
+    from tests.reference import make_case
+    from torch_lwlrap import (
+        MultilabelLRAP,
+        MultilabelLWLRAP,
+        MultilabelRankingMetrics,
+        MultilabelTieReport,
+        compare_lwlrap,
+        multilabel_lrap_ci,
+        multilabel_lwlrap,
+        multilabel_lwlrap_ci,
+        tie_report,
+    )
+    from torch_lwlrap import _numba_runtime
+
+    _numba_runtime.PARALLEL_MIN_SCORES_PER_THREAD = 1  # any batch would take the parallel variant on 2 threads
+    _numba_runtime._idle_cores = lambda: 64
+    torch.set_num_threads(1)
+    preds, target = make_case(3, 3000, 23, ignore_index=-1)
+    for ties in ("max", "index", "expected"):
+        multilabel_lwlrap(preds, target, ignore_index=-1, ties=ties)
+    multilabel_lwlrap_ci(preds, target, ignore_index=-1, num_bootstrap=200, seed=0)
+    multilabel_lrap_ci(preds, target.float(), ignore_index=-1, num_bootstrap=200, seed=0)
+    compare_lwlrap(preds, preds * 0.5, target, ignore_index=-1, num_bootstrap=200, seed=0)
+    tie_report(preds, target, ignore_index=-1)
+    for metric in (
+        MultilabelLWLRAP(23, ignore_index=-1, num_bootstrap=200, bootstrap_seed=0),
+        MultilabelLRAP(23, ignore_index=-1, num_bootstrap=200, bootstrap_seed=0),
+        MultilabelTieReport(23, ignore_index=-1),
+        MultilabelRankingMetrics(23, ignore_index=-1, ties="expected"),
+    ):
+        metric(preds, target)
+        metric.compute()
+    assert not _numba_runtime._threads_started(), "a compiled kernel started numba's threads"
     print("OK", flush=True)
 
 
 if __name__ == "__main__":
-    {"fork": fork_main, "threads": threads_main}[sys.argv[1]]()
+    {"fork": fork_main, "threads": threads_main, "one-thread": one_thread_main}[sys.argv[1]]()

@@ -3,7 +3,9 @@
 On the CPU, torch's elementwise integer operations cost tens of nanoseconds per weight (shifts and xors are not
 vectorized), so a hash per weight in torch would cost far more than ranking the batch. This kernel draws each weight
 with the same hash as the torch code (the results are identical) and adds it straight into the replicate sums: no
-``(items, replicates)`` temporary at all. Threads (numba's ``prange``) own blocks of :data:`REPLICATES_PER_BLOCK`
+``(items, replicates)`` temporary at all. It runs through the one runner,
+:func:`torch_lwlrap._numba_runtime.run`, as every parallel kernel does (fork, thread and thread-count guards).
+Threads (numba's ``prange``) own blocks of :data:`REPLICATES_PER_BLOCK`
 replicates, so no two write the same sum, and each sum is added in item order: the result does not depend on the
 number of threads.
 """
@@ -14,13 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._bootstrap import POISSON_THRESHOLDS
-
-try:  # numba is an optional dependency (the "cpu" extra)
-    import numba
-    from numba import njit, prange
-except Exception:  # pragma: no cover - depends on the installation
-    numba = None
+from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
+from torch_lwlrap._poisson import POISSON_THRESHOLDS
 
 #: Replicates per thread's block: one block's sums of a group stay in a few cache lines.
 REPLICATES_PER_BLOCK = 64
@@ -46,7 +43,9 @@ def class_sums_numba(
     ``w value[p]`` to ``total[group[p], b]`` and ``w`` to ``count[group[p], b]`` with ``w`` the sample's Poisson
     weight in replicate ``b`` (hash ``replicate_hash[b]``).
     """
-    _class_sums(
+    run(
+        _class_sums,
+        (sample_hash.numel() + value.numel()) * replicate_hash.numel(),
         sample_hash.numpy(),
         item_start.numpy(),
         group.numpy(),
@@ -61,7 +60,7 @@ def class_sums_numba(
 
 if numba is not None:
 
-    @njit(cache=True, nogil=True, inline="always")
+    @serial_kernel(inline="always")
     def _mix(x):
         # The hash of torch_lwlrap._bootstrap._mix on int64 values in [0, 2**32): products stay below 2**63.
         mask = np.int64(0xFFFFFFFF)
@@ -77,7 +76,7 @@ if numba is not None:
     assert len(_T) == 12
     (_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8, _T9, _T10, _T11) = (np.int64(t) for t in _T)
 
-    @njit(cache=True, nogil=True, inline="always")
+    @serial_kernel(inline="always")
     def _poisson(u):
         return (
             np.int64(u >= _T0) + np.int64(u >= _T1) + np.int64(u >= _T2) + np.int64(u >= _T3)
@@ -85,7 +84,7 @@ if numba is not None:
             + np.int64(u >= _T8) + np.int64(u >= _T9) + np.int64(u >= _T10) + np.int64(u >= _T11)
         )
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @parallel_and_serial
     def _class_sums(sample_hash, item_start, group, value, replicate_hash, thresholds, total, count, per_block):
         num_samples = sample_hash.shape[0]
         num_replicates = replicate_hash.shape[0]

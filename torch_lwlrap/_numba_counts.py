@@ -24,12 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._numba_kernel import BLOCK_ROWS, CHUNK_ELEMENTS, _parallel_and_serial, _run, numba, sort_min_positives
+from torch_lwlrap._numba_kernel import BLOCK_ROWS, CHUNK_ELEMENTS, sort_min_positives
+from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 from torch_lwlrap._tie_rules import LabelCounts
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
-    from numba import njit, prange
-
     from torch_lwlrap._numba_kernel import _positive_columns
 
 
@@ -145,7 +144,7 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
         sample_sums = np.zeros(stop - start if defer_untied else 1, dtype=np.float64)
         written = np.zeros(stop - start if defer_untied else 1, dtype=np.int64)
         if num_classes:
-            _run(
+            run(
                 _count_rows, (stop - start) * num_classes, scores.numpy(), positive_bytes, positive_words, head,
                 knowns, has_known, num_classes, block_rows, sort_above, start, block_offsets, rows.numpy(),
                 cols.numpy(), *[f.numpy() for f in fields], defer_untied, class_sums, class_counts, sample_sums,
@@ -169,7 +168,7 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
 
 if numba is not None:
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _known_positive_columns(flags, words, head, krow, has_known, row_start, num_classes, columns):
         """The columns of a row's positives that are known, in order, into ``columns``; returns how many."""
         found = _positive_columns(flags, words, head, row_start, num_classes, columns)
@@ -182,7 +181,7 @@ if numba is not None:
                 kept += 1
         return kept
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _count_positives(flags, known, has_known, num_classes, per_row, known_count):
         """Known positives and known labels of each row: vectorized sums of the 0/1 bytes."""
         for i in range(per_row.shape[0]):
@@ -201,7 +200,7 @@ if numba is not None:
             per_row[i] = found
             known_count[i] = num_known
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _above_and_tied(row, krow, has_known, j):
         """``(above, tied)`` of the label in column ``j``: two vectorized passes over the whole row, one count per
         loop (LLVM vectorizes single reductions over whole rows best: splitting a pass at ``j`` costs twice as much).
@@ -222,7 +221,7 @@ if numba is not None:
                 tied = np.int32(tied + np.int32(row[k] == score))
         return above, tied
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _tied_before(row, krow, has_known, j):
         """Labels before column ``j`` with the same score: counted only for a label that ties another."""
         score = row[j]
@@ -235,7 +234,7 @@ if numba is not None:
                 before = np.int32(before + np.int32(row[k] == score))
         return before
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _sorted_counts(values, count, column_of, at, above, tied, before):
         """Counts of the first ``count`` entries of ``values`` among themselves, by a stable sort (ties keep their
         order, which is column order); entry ``e``'s counts go to index ``column_of[e]`` of the outputs, plus
@@ -252,7 +251,7 @@ if numba is not None:
             tied[out] = high - low
             before[out] = position - low
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _sort_row_counts(row, krow, has_known, columns, num_positives, at, counts_out, slot_of_column):
         """Counts of a row with many positives, by sorting its known scores and its positives' scores once."""
         above, above_positive, tied, tied_positive, before, positive_before = counts_out
@@ -279,7 +278,7 @@ if numba is not None:
             slot_of_column[q] = q
         _sorted_counts(values, num_positives, slot_of_column, at, above_positive, tied_positive, positive_before)
 
-    @_parallel_and_serial
+    @parallel_and_serial
     def _count_rows(
         scores,
         flags,
@@ -375,7 +374,7 @@ if numba is not None:
                     sample_sums[i] = total
                     written[i] = out - at
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _compact_written(offsets, written, rows, cols, above, above_positive, tied, tied_positive, before,
                          positive_before):
         """Move the ``written[i]`` entries of each row ``i`` (from ``offsets[i]`` on) of the outputs of

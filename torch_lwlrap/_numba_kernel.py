@@ -31,42 +31,21 @@ Scores are compared in their own precision: float16 and bfloat16 rows are widene
 ties are kept) a chunk at a time, float32 and float64 are read in place. The first call compiles the kernel (a few
 seconds; cached on disk by numba afterwards).
 
-Threads, processes and forks. Every parallel kernel is compiled twice: a parallel variant (``prange`` spread over
-numba's threads) and a serial one (``prange`` runs as ``range``; numba's threading layer is not touched). A call
-takes the serial variant, and enters no parallel region, when
-
-* the batch is small: fewer than :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores per thread (waking threads costs
-  more than it saves on small batches, and far more when other processes keep the cores busy); the threads used are
-  never more than ``torch.get_num_threads()``, nor than the cores no other task is running on at the time of the
-  call (:func:`_idle_cores`: with data-loader workers keeping every core busy, a batch of any size runs serial);
-* another Python thread is inside a parallel region of this module (a lock taken without waiting): numba's
-  ``workqueue`` layer aborts the process on concurrent use, and the other layers gain nothing from sharing the
-  cores;
-* the process is a child forked after numba's threads started in its parent (detected with
-  ``os.register_at_fork``): GNU OpenMP kills such a child when it enters a parallel region.
-
-Both variants compute the same sums in the same order, so the results do not depend on the variant.
+Threads, processes and forks: every parallel kernel here runs through the one runner,
+:func:`torch_lwlrap._numba_runtime.run` (fork, thread and thread-count guards; see that module).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import threading
-import types
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from torch_lwlrap._checks import SCORE_DTYPES, check_kernel_args
-
-try:  # numba is an optional dependency (the "cpu" extra)
-    import numba
-    from numba import njit, prange
-except Exception:  # pragma: no cover - depends on the installation
-    numba = None
+from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 
 #: Rows per block: the unit of work of one thread, and of one row of the class-sum workspace.
 BLOCK_ROWS = 128
@@ -77,106 +56,6 @@ SORT_POSITIVES_PER_LOG2 = 160
 
 #: Scores converted per chunk when the input must be widened or made contiguous first.
 CHUNK_ELEMENTS = 1 << 22
-
-#: Scores (or target values) per thread below which a pass uses fewer threads, down to the serial variant: at
-#: ``N * C`` below twice this, no parallel region is entered (``benchmarks/latency.py``).
-PARALLEL_MIN_SCORES_PER_THREAD = 1 << 18
-
-#: Held by the thread inside a parallel region of this module; others run the serial variants meanwhile.
-_parallel_lock = threading.Lock()
-
-#: True in a child forked after numba's threads started in its parent: only serial variants run there.
-_serial_only = False
-
-
-def _threads_started() -> bool:
-    """Whether numba's threading layer has been launched in this process (True when it cannot be told)."""
-    try:
-        from numba.np.ufunc import parallel
-
-        return bool(parallel._is_initialized)
-    except Exception:  # pragma: no cover - numba internals moved
-        return True
-
-
-def _after_fork_in_child() -> None:
-    global _serial_only, _parallel_lock
-    _parallel_lock = threading.Lock()  # a lock held by another thread at the fork would stay held in the child
-    if numba is not None and _threads_started():
-        _serial_only = True
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def threads_for(scores: int) -> int:
-    """The threads a pass over ``scores`` scores uses: 1 (the serial variant) in a forked child or for small batches,
-    else up to ``torch.get_num_threads()``, one per :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores.
-
-    Example:
-        >>> threads_for(32 * 527)
-        1
-    """
-    if _serial_only or numba is None:
-        return 1
-    limit = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, scores // PARALLEL_MIN_SCORES_PER_THREAD)
-    if limit < 2:
-        return 1
-    return max(1, min(limit, _idle_cores()))
-
-
-#: Linux's load file: its fourth field is ``running/total`` tasks.
-_LOADAVG = "/proc/loadavg"
-
-
-def _idle_cores() -> int:
-    """Cores this process may use that no other task is running on right now: the running count of
-    ``/proc/loadavg`` (which includes the calling thread) taken from the cores of ``os.sched_getaffinity``.
-
-    A parallel region on cores other processes keep busy waits for its slowest thread, and GNU OpenMP's threads spin
-    while they wait: 2048 x 527 took 68 to 87 ms per ``update`` on 2 busy cores with 2 threads, 12 ms with one.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        with open(_LOADAVG, "rb") as loadavg:
-            running = int(loadavg.read().split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):  # not Linux: assume the cores are free
-        return cores
-    return cores - running + 1
-
-
-def _run(kernel, scores: int, *args):
-    """Run a kernel compiled with :func:`_parallel_and_serial` on a pass over ``scores`` scores."""
-    threads = threads_for(scores)
-    if threads > 1 and _parallel_lock.acquire(blocking=False):
-        try:
-            if numba.get_num_threads() != threads:  # per Python thread in numba
-                numba.set_num_threads(threads)
-            return kernel.parallel(*args)
-        finally:
-            _parallel_lock.release()
-    return kernel.serial(*args)
-
-
-class _ParallelAndSerial(NamedTuple):
-    parallel: object  #: ``prange`` spread over numba's threads
-    serial: object  #: ``prange`` as ``range``: numba's threading layer is not touched
-
-
-def _parallel_and_serial(func) -> _ParallelAndSerial:
-    """Compile ``func`` twice (see the module's docstring); the serial copy is renamed so that numba's on-disk
-    cache keeps the two apart."""
-    serial = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "_serial", func.__defaults__)
-    serial.__qualname__ = func.__qualname__ + "_serial"
-    serial.__doc__ = func.__doc__
-    # Both copies divide as numpy does (a parallel kernel always does): a NaN row's zero rank then gives a NaN that
-    # the caller's NaN check reports, instead of a ZeroDivisionError from the serial copy only.
-    return _ParallelAndSerial(
-        njit(parallel=True, cache=True, nogil=True, error_model="numpy")(func),
-        njit(cache=True, nogil=True, error_model="numpy")(serial),
-    )
-
 
 
 def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
@@ -234,7 +113,7 @@ def target_is_bad(target: Tensor, ignore_index: Optional[int]) -> bool:
         True
     """
     array, ignore = _target_array(target, ignore_index)
-    return bool(_run(_count_bad_rows, array.size, array, ignore, ignore_index is not None))
+    return bool(run(_count_bad_rows, array.size, array, ignore, ignore_index is not None))
 
 
 def target_masks(target: Tensor, ignore_index: Optional[int]):
@@ -251,7 +130,7 @@ def target_masks(target: Tensor, ignore_index: Optional[int]):
     positive = torch.empty(target.shape, dtype=torch.bool)
     has_known = ignore_index is not None
     known = torch.empty(target.shape if has_known else (1, 1), dtype=torch.bool)
-    _run(_fill_masks, array.size, array, ignore, has_known, positive.numpy(), known.numpy())
+    run(_fill_masks, array.size, array, ignore, has_known, positive.numpy(), known.numpy())
     return positive, (known if has_known else None)
 
 
@@ -340,7 +219,7 @@ def ranking_sums_numba(
         class_sums = np.zeros((blocks, num_classes), dtype=np.float64)
         class_counts = np.zeros((blocks, num_classes), dtype=np.int64)
         nan_flags = np.zeros(blocks, dtype=np.uint8)
-        _run(
+        run(
             _rank_rows,
             (stop - start) * num_classes,
             scores.numpy(),
@@ -368,7 +247,7 @@ def ranking_sums_numba(
 
 if numba is not None:
 
-    @_parallel_and_serial
+    @parallel_and_serial
     def _count_bad_rows(target, ignore, has_ignore):
         """Rows of ``target`` with a value other than 0, 1 and (with ``has_ignore``) ``ignore``."""
         bad_rows = 0
@@ -383,7 +262,7 @@ if numba is not None:
             bad_rows += bad
         return bad_rows
 
-    @_parallel_and_serial
+    @parallel_and_serial
     def _fill_masks(target, ignore, has_known, positive, known):
         """``positive = target == 1`` and, with ``has_known``, ``known = target != ignore``."""
         for i in prange(target.shape[0]):
@@ -393,7 +272,7 @@ if numba is not None:
                 if has_known:
                     known[i, k] = value != ignore
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _rank_in_row(row, krow, has_known, index_ties, j):
         """``rank`` of the label in column ``j``: one vectorized pass over the row.
 
@@ -417,7 +296,7 @@ if numba is not None:
                 rank = np.int32(rank + np.int32(row[k] > score))
         return rank
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _hits_among_positives(values, num_positives, index_ties, q):
         """``hits`` of the row's ``q``-th positive: compared with the other positives' scores only.
 
@@ -436,7 +315,7 @@ if numba is not None:
                 hits = np.int32(hits + np.int32(values[r] >= score))
         return hits
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _sort_row(row, krow, has_known, index_ties, columns, num_positives, acc):
         """Sum of the precisions of a row with many positives, by sorting; adds each to ``acc``."""
         num_classes = row.shape[0]
@@ -489,7 +368,7 @@ if numba is not None:
             total += precision
         return total
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _columns_in(flags, first, stop, row_start, columns, found):
         """Append to ``columns`` the columns of the non-zero bytes ``flags[first:stop]`` of a row."""
         for at in range(first, stop):
@@ -498,7 +377,7 @@ if numba is not None:
                 found += 1
         return found
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _positive_columns(flags, words, head, row_start, num_classes, columns):
         """The columns of a row's positives, in order, into ``columns``; returns how many.
 
@@ -526,7 +405,7 @@ if numba is not None:
             word += 1
         return _columns_in(flags, head + 8 * stop_word, row_stop, row_start, columns, found)
 
-    @_parallel_and_serial
+    @parallel_and_serial
     def _rank_rows(
         scores,
         positive_bytes,

@@ -19,14 +19,11 @@ from torch import Tensor
 
 from torch_lwlrap._tie_rules import _SERIES_BELOW, _SERIES_TERMS, _SMALL, _TAIL_COEFFICIENTS, _tables
 
-try:  # numba is an optional dependency (the "cpu" extra)
-    from numba import njit
-except Exception:  # pragma: no cover - depends on the installation
-    njit = None
+from torch_lwlrap._numba_runtime import numba, serial_kernel
 
 
 def available() -> bool:
-    return njit is not None
+    return numba is not None
 
 
 def expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:
@@ -47,9 +44,9 @@ def expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied
     return out
 
 
-if njit is not None:
+if numba is not None:
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _tail(z2, coefficients):
         """``c(z) - 1/(2z)`` from ``z2 = 1/z^2`` (``_tie_rules._tail``)."""
         acc = z2 * coefficients[0]
@@ -57,7 +54,7 @@ if njit is not None:
             acc = (acc + coefficients[i]) * z2
         return acc
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _u_minus_log1p(u, terms, below):
         """``u - log1p(u)`` without cancellation (``_tie_rules._u_minus_log1p``)."""
         if u > below:
@@ -69,7 +66,7 @@ if njit is not None:
             series = series * v2 + 1.0 / (2 * k + 3)
         return (1 / (1 - v) - series * v) * v2 * 2
 
-    @njit(cache=True, nogil=True)
+    @serial_kernel
     def _expected_precisions(above, above_positive, tied, tied_positive, s_table, t_table, small, coefficients,
                              terms, below, out):
         for e in range(out.shape[0]):
