@@ -79,7 +79,7 @@ def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_ti
         ]
 
     items = ranking_only()
-    key = _bootstrap.stream_key(0, 0, 0)
+    key = _bootstrap.stream_key(0, 0)
 
     def weights_only():
         for sample, group, value in items:

@@ -80,7 +80,7 @@ def _classic(preds, target, num_bootstrap, seed=0):
 
 
 def test_weights_are_poisson_one_and_independent():
-    key = _bootstrap.stream_key(123, 0, 0)
+    key = _bootstrap.stream_key(123, 0)
     weights = _bootstrap.poisson_weights(key, torch.arange(4000), 250).double()
     frequency = torch.bincount(weights.long().flatten(), minlength=6)[:6].double() / weights.numel()
     pmf = torch.tensor([math.exp(-1) / math.factorial(k) for k in range(6)], dtype=torch.float64)
@@ -92,14 +92,15 @@ def test_weights_are_poisson_one_and_independent():
     assert abs(np.corrcoef(weights[:-1].flatten(), weights[1:].flatten())[0, 1]) < 0.01
 
 
-def test_a_weight_depends_on_seed_rank_counter_sample_and_replicate_only():
-    key = _bootstrap.stream_key(5, 1, 3)
+def test_a_weight_depends_on_seed_rank_sample_position_and_replicate_only():
+    key = _bootstrap.stream_key(5, 1)
     every = _bootstrap.poisson_weights(key, torch.arange(100), 40)
     some = _bootstrap.poisson_weights(key, torch.tensor([7, 3, 99]), 40)
     assert torch.equal(some, every[:, [7, 3, 99]])
-    assert torch.equal(_bootstrap.stream_key(5, 1, torch.tensor(3)), key)  # a counter on the device: same key
-    for other in (_bootstrap.stream_key(6, 1, 3), _bootstrap.stream_key(5, 0, 3), _bootstrap.stream_key(5, 1, 4)):
+    for other in (_bootstrap.stream_key(6, 1), _bootstrap.stream_key(5, 0)):
         assert (_bootstrap.poisson_weights(other, torch.arange(100), 40) != every).float().mean() > 0.5
+    shifted = _bootstrap.poisson_weights(key, torch.arange(100, 200), 40)  # other positions: other weights
+    assert (shifted != every).float().mean() > 0.5
 
 
 @pytest.mark.parametrize("num_bootstrap", [1, 37, 300])
@@ -108,7 +109,7 @@ def test_compiled_and_torch_reductions_agree_with_dense_weights(monkeypatch, num
     sample = torch.sort(torch.randint(0, 500, (900,), generator=g)).values
     group = torch.randint(0, 11, (900,), generator=g)
     value = torch.rand(900, generator=g, dtype=torch.float64)
-    key = _bootstrap.stream_key(9, 0, 2)
+    key = _bootstrap.stream_key(9, 0)
     weights = _bootstrap.poisson_weights(key, sample, num_bootstrap)
     expected_sum = torch.zeros(num_bootstrap, 11, dtype=torch.float64).index_add_(1, group, weights * value)
     expected_count = torch.zeros(num_bootstrap, 11, dtype=torch.int64).index_add_(1, group, weights)
@@ -183,12 +184,12 @@ def test_interval_functions_match_the_metric_and_the_value():
 def test_sparse_and_dense_reductions_agree(monkeypatch):
     preds, target = _data(n=150, ties=True)
     target[::7, 2] = -1
-    key = _bootstrap.stream_key(1, 0, 0)
+    key = _bootstrap.stream_key(1, 0)
     sparse_states = intervals._replicate_states(preds, 64)
-    sparse = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, *sparse_states)
+    sparse = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, 0, *sparse_states)
     monkeypatch.setattr(intervals, "_sparse_reduction", lambda device: False)
     dense_states = intervals._replicate_states(preds, 64)
-    dense = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, *dense_states)
+    dense = intervals._lwlrap_bootstrap_update(preds, target, None, "index", -1, True, key, 0, *dense_states)
     for a, b in zip(sparse + sparse_states, dense + dense_states):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
@@ -318,7 +319,7 @@ def test_reset_and_float64_states():
     _feed(metric, _batches(2))
     first = metric.bootstrap_samples()
     metric.reset()
-    assert metric.bootstrap_label_count.sum() == 0 and metric.bootstrap_lwlrap_updates == 0
+    assert metric.bootstrap_label_count.sum() == 0 and metric.bootstrap_lwlrap_samples == 0
     _feed(metric, _batches(2))
     assert torch.equal(metric.bootstrap_samples(), first)  # after reset the stream starts again
     metric.to(torch.float32)

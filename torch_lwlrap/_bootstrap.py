@@ -3,15 +3,16 @@
 Nothing here knows how ranks or precisions are computed: the callers hand over per-sample (or per-positive) values
 and the sample each belongs to.
 
-**Weights.** Replicate ``b`` gives sample ``s`` of an update an independent Poisson(1) integer weight, the number of
-times the sample is drawn; a sum over samples weighted this way is a bootstrap replicate of the sum, and sums of
-replicates over batches and processes are replicates of the whole sum. The weights come from a counter-based
-generator: a 32-bit integer hash (a "lowbias32" finalizer) of ``(seed, process rank, update counter)``, then of the
-sample's index in the update and of the replicate, turned into Poisson(1) by the inverse of its distribution
+**Weights.** Replicate ``b`` gives each sample an independent Poisson(1) integer weight, the number of times the
+sample is drawn; a sum over samples weighted this way is a bootstrap replicate of the sum, and sums of replicates
+over batches and processes are replicates of the whole sum. The weights come from a counter-based generator: a
+32-bit integer hash (a "lowbias32" finalizer) of ``(seed, process rank)``, the stream's key, then of the sample's
+position in its process's stream and of the replicate, turned into Poisson(1) by the inverse of its distribution
 function. It needs no generator state, draws only the weights that are used (the samples with a positive label,
-say), and gives the same weights on every device for the same inputs: a run is reproducible for a given seed, world
-size and batch order, and different ranks or updates draw independent weights. The update counter may be a tensor
-on the device, so drawing costs no host-device sync.
+say), and gives the same weights on every device for the same inputs: the replicates do not depend on how the
+stream was cut into batches, a run is reproducible for a given seed, world size and sample order, and different
+ranks draw independent weights. The position of a batch's first sample may be a tensor on the device (a metric's
+sample counter), so drawing costs no host-device sync.
 
 **Workspace.** Weights are drawn and reduced a block of ``(samples, replicates)`` at a time, within
 :data:`BLOCK_ELEMENTS` weights, so temporaries stay bounded (a few times 8 MiB) whatever the number of replicates
@@ -27,6 +28,10 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from torch_lwlrap import _bootstrap_kernel
+from torch_lwlrap._engine_config import compiled_cpu_allowed
+from torch_lwlrap._poisson import POISSON_THRESHOLDS
+
 #: Weights drawn per block: int64 temporaries of 8 MiB each (a handful are alive at a time).
 BLOCK_ELEMENTS = 1 << 20
 
@@ -35,7 +40,6 @@ _M32 = 0xFFFFFFFF
 _MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97
 _GOLDEN = 0x61C88647  # 2**32 - golden ratio * 2**32, below 2**31
 _REPLICATE_SALT = 0x2545F491
-_POISSON_MAX = 16
 
 
 def _mix(x: Union[int, Tensor]) -> Union[int, Tensor]:
@@ -52,19 +56,6 @@ def _mix_(x: Tensor) -> Tensor:
     x.bitwise_xor_(x >> 16).mul_(_MUL1).bitwise_and_(_M32)
     x.bitwise_xor_(x >> 15).mul_(_MUL2).bitwise_and_(_M32)
     return x.bitwise_xor_(x >> 15)
-
-
-def _poisson_thresholds() -> Tuple[int, ...]:
-    # u in [0, 2**32) becomes k when CDF(k - 1) <= u / 2**32 < CDF(k): the number of thresholds at or below u.
-    thresholds, cdf, term = [], 0.0, math.exp(-1.0)
-    for k in range(_POISSON_MAX):
-        cdf += term
-        term /= k + 1
-        thresholds.append(min(round(cdf * 2**32), 2**32))
-    return tuple(thresholds)
-
-
-POISSON_THRESHOLDS = _poisson_thresholds()
 
 
 def check_num_bootstrap(num_bootstrap: int, name: str = "num_bootstrap") -> int:
@@ -94,15 +85,13 @@ def check_level(level: float) -> float:
     return float(level)
 
 
-def stream_key(seed: int, rank: int, counter: Union[int, Tensor], device=None) -> Tensor:
-    """The key of one update's weights: an int64 scalar on ``device`` (or ``counter``'s), hashed from the seed, the
-    process rank and the update counter. A tensor counter stays on its device: no host-device sync."""
+def stream_key(seed: int, rank: int, device=None) -> Tensor:
+    """The key of a process's stream of weights: an int64 scalar on ``device``, hashed from the seed and the process
+    rank. Filled on the device from a scalar: no copy from host memory, which would wait for the device."""
     key = _mix(seed & _M32)
     key = _mix(key ^ ((seed >> 32) & _M32))
     key = _mix(key ^ (rank & _M32))
-    if isinstance(counter, Tensor):
-        return _mix(key ^ (counter.to(torch.int64) & _M32))
-    return torch.tensor(_mix(key ^ (counter & _M32)), dtype=torch.int64, device=device)
+    return torch.full((), key, dtype=torch.int64, device=device)
 
 
 def _replicate_hashes(key: Tensor, first: int, last: int) -> Tensor:
@@ -151,6 +140,12 @@ def _blocks(num_rows: int, num_bootstrap: int, width: int = 1):
             yield first, last, start, min(start + rows, num_rows)
 
 
+def _compiled(device) -> bool:
+    """Whether the compiled pass draws the weights: CPU tensors, numba installed, and the engine setting free to use
+    it (``"auto"`` or ``"numba"``; the torch engines keep every step in torch). Either way the weights are the same."""
+    return _bootstrap_kernel.is_available(device) and compiled_cpu_allowed()
+
+
 def add_class_sums_(
     total: Tensor, count: Tensor, key: Tensor, sample: Tensor, group: Tensor, value: Tensor
 ) -> None:
@@ -171,9 +166,7 @@ def add_class_sums_(
     thresholds = _thresholds(device)
     value = value.to(torch.float64)
     sample = sample.to(torch.int64)
-    from torch_lwlrap import _bootstrap_kernel
-
-    if _bootstrap_kernel.is_available(device):
+    if _compiled(device):
         # Items grouped by sample: one weight per (sample, replicate), drawn and added in one compiled pass, into
         # (G, replicates) sums for a group of replicates at a time.
         runs, items = torch.unique_consecutive(sample, return_counts=True)
@@ -185,14 +178,16 @@ def add_class_sums_(
         per_group = max(1, min(num_bootstrap, BLOCK_ELEMENTS // max(1, num_groups)))
         for first in range(0, num_bootstrap, per_group):
             last = min(first + per_group, num_bootstrap)
-            block_total = torch.zeros((num_groups, last - first), dtype=torch.float64)
-            block_count = torch.zeros((num_groups, last - first), dtype=torch.int64)
+            # The running sums themselves, transposed: each replicate's sum gets its items added one after the
+            # other, in stream order, however the stream was cut into batches (the same bits for any batching).
+            block_total = total[first:last].t().contiguous()
+            block_count = count[first:last].t().contiguous()
             _bootstrap_kernel.class_sums_numba(
                 sample_hash, item_start, group, value, _replicate_hashes(key, first, last), thresholds,
                 block_total, block_count,
             )
-            total[first:last] += block_total.t()
-            count[first:last] += block_count.t()
+            total[first:last] = block_total.t()
+            count[first:last] = block_count.t()
         return
     sample_hash = _sample_hashes(key, sample)
     for first, last, start, stop in _blocks(value.numel(), num_bootstrap):
@@ -214,7 +209,7 @@ def class_sums(
     return total, count
 
 
-def add_weighted_sums_(key: Tensor, first_sample: int, pairs) -> None:
+def add_weighted_sums_(key: Tensor, first_sample: Union[int, Tensor], pairs) -> None:
     """For each ``(out (B, k), values (m, k))`` of ``pairs``, add the bootstrap replicates of the sums over the rows
     of ``values``, row ``s`` being sample ``first_sample + s``: ``out[b] += sum_s w[b, first_sample + s] values[s]``
     (in place; an integer ``out`` gets the rounded sums, exact for integer values).
@@ -229,18 +224,20 @@ def add_weighted_sums_(key: Tensor, first_sample: int, pairs) -> None:
     if num_bootstrap == 0 or num_rows == 0:
         return
     device = pairs[0][1].device
-    sample = torch.arange(first_sample, first_sample + num_rows, device=device)
-    from torch_lwlrap import _bootstrap_kernel
-
-    if _bootstrap_kernel.is_available(device):
+    # first_sample may be a tensor on the device (a metric's sample counter): added, never read on the host.
+    sample = torch.arange(num_rows, dtype=torch.int64, device=device) + first_sample
+    if _compiled(device):
         # Each sample's k values are k items of groups 0 .. k-1 (one compiled pass; no (B, rows) weights).
         for out, values in pairs:
             k = values.shape[1]
             items = sample.repeat_interleave(k)
             group = torch.arange(k, device=device).repeat(num_rows)
+            if out.dtype == torch.float64:  # added onto the running sums in stream order, as add_class_sums_ does
+                add_class_sums_(out, torch.zeros(out.shape, dtype=torch.int64), key, items, group, values.reshape(-1))
+                continue
             total = torch.zeros(out.shape, dtype=torch.float64, device=device)
             add_class_sums_(total, torch.zeros(out.shape, dtype=torch.int64), key, items, group, values.reshape(-1))
-            out += total if out.dtype == torch.float64 else total.round().to(out.dtype)
+            out += total.round().to(out.dtype)
         return
     thresholds = _thresholds(device)
     sample_hash = _sample_hashes(key, sample)

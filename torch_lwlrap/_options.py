@@ -2,3 +2,6 @@
 
 #: The tie rules of every ranking function and metric; :mod:`torch_lwlrap._tie_rules` defines them.
 TIES = ("max", "index", "expected")
+
+#: The ranking engine's paths (:mod:`torch_lwlrap._engine_config`): ``"auto"`` picks per device.
+ENGINES = ("auto", "sort", "count", "numba", "triton")

@@ -37,6 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap._engine_config import compiled_cpu_allowed
 from torch_lwlrap._options import TIES
 
 #: Rules that bound a sum of precisions over every order of tied scores (:func:`label_precision`): ``"best"`` puts
@@ -112,11 +113,7 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
 def _compiled_on_cpu(counts: Tensor) -> bool:
     """Whether ``"expected"`` is evaluated by the compiled pass of :mod:`torch_lwlrap._numba_rules`: CPU counts,
     numba installed and the engine free to use it (``"auto"`` or ``"numba"``; the torch paths stay torch only)."""
-    if counts.device.type != "cpu":
-        return False
-    from torch_lwlrap._ranking import get_engine
-
-    if get_engine() not in ("auto", "numba"):
+    if counts.device.type != "cpu" or not compiled_cpu_allowed():
         return False
     from torch_lwlrap import _numba_rules
 

@@ -11,7 +11,7 @@ evaluation set drawn the same way. It says nothing of the variability of trainin
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Optional, Tuple
+from typing import Iterator, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -89,6 +89,7 @@ def _lwlrap_bootstrap_update(
     ignore_index: Optional[int],
     validate_args: bool,
     key: Tensor,
+    first_sample: Union[int, Tensor],
     replicate_sum: Tensor,
     replicate_count: Tensor,
 ) -> Tuple[Tensor, Tensor]:
@@ -97,9 +98,10 @@ def _lwlrap_bootstrap_update(
     their size), once the whole batch is checked.
 
     One ranking of the batch gives every positive's precision; the plain sums add them up, the replicates add them
-    with the weights of their samples (drawn from ``key``; sample ``i`` of the batch is index ``i``).
+    with the weights of their samples (drawn from ``key``; row ``i`` of the batch, extra dimensions flattened, is
+    sample ``first_sample + i`` of the stream).
     """
-    _check_batch(preds, target, num_labels, ignore_index, validate_args)
+    _, preds, target, _ = _check_batch(preds, target, num_labels, ignore_index, validate_args)
     num_classes = preds.shape[1]
     device = preds.device
     precision_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
@@ -110,7 +112,7 @@ def _lwlrap_bootstrap_update(
             precision = label_precision(entries.counts, ties)
             precision_sum.index_add_(0, entries.cols, precision)
             label_count += torch.bincount(entries.cols, minlength=num_classes)
-            rows = entries.rows + first
+            rows = entries.rows + (first + first_sample)
             _bootstrap.add_class_sums_(replicate_sum, replicate_count, key, rows, entries.cols, precision)
             del entries, rows, precision
     else:
@@ -119,7 +121,7 @@ def _lwlrap_bootstrap_update(
             precision_sum += precision.sum(0)
             label_count += positive.sum(0, dtype=torch.int64)
             pairs = [(replicate_sum, precision), (replicate_count, positive)]
-            _bootstrap.add_weighted_sums_(key, first, pairs)
+            _bootstrap.add_weighted_sums_(key, first + first_sample, pairs)
             del positive, precision, pairs
     return precision_sum, label_count
 
@@ -133,11 +135,12 @@ def _lrap_bootstrap_update(
     ignore_index: Optional[int],
     validate_args: bool,
     key: Tensor,
+    first_sample: Union[int, Tensor],
     replicate_lrap: Tensor,
     replicate_weight: Tensor,
 ) -> Tuple[Tensor, Tensor]:
     """``(lrap_sum, weight_sum)`` of a batch; its replicates are added to ``replicate_lrap`` and
-    ``replicate_weight`` ``(B,)`` float64 in place."""
+    ``replicate_weight`` ``(B,)`` float64 in place (row ``i`` is sample ``first_sample + i`` of the stream)."""
     first = [0]
 
     def reduce(sums, weight):
@@ -145,12 +148,14 @@ def _lrap_bootstrap_update(
         weight = torch.ones_like(per_sample) if weight is None else weight.to(torch.float64)
         values = torch.stack([per_sample * weight, weight], 1)
         pairs = [(replicate_lrap.unsqueeze(1), values[:, :1]), (replicate_weight.unsqueeze(1), values[:, 1:])]
-        _bootstrap.add_weighted_sums_(key, first[0], pairs)
+        _bootstrap.add_weighted_sums_(key, first[0] + first_sample, pairs)
         first[0] += per_sample.numel()
         return values[:, 0].sum(), values[:, 1].sum()
 
     # Every check (NaN scores included) before the first chunk adds to the replicates.
-    _check_batch(preds, target, num_labels, ignore_index, validate_args, sample_weight)
+    _, preds, target, sample_weight = _check_batch(
+        preds, target, num_labels, ignore_index, validate_args, sample_weight
+    )
     return _batch_totals(preds, target, num_labels, ties, ignore_index, False, sample_weight, reduce)
 
 
@@ -235,10 +240,10 @@ def multilabel_lwlrap_ci(
     check_ignore_index(ignore_index)
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
     device = preds.device if isinstance(preds, Tensor) else None
-    key = _bootstrap.stream_key(seed, 0, 0, device=device)
+    key = _bootstrap.stream_key(seed, 0, device=device)
     replicate_sum, replicate_count = _replicate_states(preds, num_bootstrap)
     precision_sum, label_count = _lwlrap_bootstrap_update(
-        preds, target, num_labels, ties, ignore_index, validate_args, key, replicate_sum, replicate_count
+        preds, target, num_labels, ties, ignore_index, validate_args, key, 0, replicate_sum, replicate_count
     )
     value = _lwlrap_compute(precision_sum, label_count, average)
     low, high = _bootstrap.percentile_interval(_lwlrap_replicates(replicate_sum, replicate_count, average), level)
@@ -275,11 +280,11 @@ def multilabel_lrap_ci(
     check_ignore_index(ignore_index)
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
     device = preds.device if isinstance(preds, Tensor) else None
-    key = _bootstrap.stream_key(seed, 0, 0, device=device)
+    key = _bootstrap.stream_key(seed, 0, device=device)
     replicate_lrap = torch.zeros(num_bootstrap, dtype=torch.float64, device=device)
     replicate_weight = torch.zeros(num_bootstrap, dtype=torch.float64, device=device)
     lrap_sum, weight_sum = _lrap_bootstrap_update(
-        preds, target, num_labels, sample_weight, ties, ignore_index, validate_args, key, replicate_lrap,
+        preds, target, num_labels, sample_weight, ties, ignore_index, validate_args, key, 0, replicate_lrap,
         replicate_weight,
     )
     value = _lrap_compute(lrap_sum, weight_sum)
@@ -336,14 +341,14 @@ def compare_lwlrap(
             f"`target`, in the same order."
         )
     device = preds_a.device if isinstance(preds_a, Tensor) else None
-    key = _bootstrap.stream_key(seed, 0, 0, device=device)
+    key = _bootstrap.stream_key(seed, 0, device=device)
     # Both systems are checked before either is ranked: a bad one raises before any work.
-    _check_batch(preds_a, target, num_labels, ignore_index, validate_args)
-    _check_batch(preds_b, target, num_labels, ignore_index, validate_args)
+    _, preds_a, target, _ = _check_batch(preds_a, target, num_labels, ignore_index, validate_args)
+    _, preds_b, target, _ = _check_batch(preds_b, target, num_labels, ignore_index, validate_args)
     results = []
     for preds in (preds_a, preds_b):
         replicates = _replicate_states(preds, num_bootstrap)
-        sums = _lwlrap_bootstrap_update(preds, target, num_labels, ties, ignore_index, False, key, *replicates)
+        sums = _lwlrap_bootstrap_update(preds, target, num_labels, ties, ignore_index, False, key, 0, *replicates)
         results.append(sums + replicates)
     (sum_a, count, rep_sum_a, rep_count), (sum_b, _, rep_sum_b, _) = results
     value_a = _lwlrap_compute(sum_a, count, "weighted")

@@ -7,6 +7,7 @@ predictions are kept or gathered, and ``forward`` needs no full state update.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
@@ -114,12 +115,13 @@ def _process_rank() -> int:
 
 
 class _Bootstrap:
-    """The bootstrap side of a metric: its replicate states, the key of each update's weights, the interval.
+    """The bootstrap side of a metric: its replicate states, the position of each sample in the stream, the interval.
 
     A metric with ``num_bootstrap = B > 0`` keeps ``B`` weighted copies of its sums (see
-    :mod:`torch_lwlrap._bootstrap`) and an update counter ``<prefix>_updates``: the weights of an update are drawn
-    from ``(bootstrap_seed, process rank, counter)``, so a run is reproducible for a given seed, world size and
-    batch order, and a checkpoint carries where the stream of weights stands.
+    :mod:`torch_lwlrap._bootstrap`) and a sample counter ``<prefix>_samples``: the weight of a sample is drawn from
+    ``(bootstrap_seed, process rank, the sample's position in its process's stream)``, so the replicates do not
+    depend on how the samples were split into batches (the function on all of them gives the same interval), a run
+    is reproducible for a given seed, world size and sample order, and a checkpoint carries where the stream stands.
     """
 
     def _init_bootstrap(self, num_bootstrap: int, bootstrap_seed: Optional[int], counter: str) -> None:
@@ -130,16 +132,19 @@ class _Bootstrap:
         if self.num_bootstrap:
             self.add_state(counter, torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
 
-    def _update_key(self) -> Tensor:
-        """The key of this update's weights, on the metric's device (no sync)."""
+    def _stream(self) -> Tuple[Tensor, Tensor]:
+        """``(key, first_sample)`` of this update's weights: the key of this process's stream and the position of
+        the batch's first sample in it, int64 scalars on the metric's device (no sync)."""
         counter = getattr(self, self._counter_name)
         if self._counter_offset is not None:  # inside forward: the state was emptied, the offset is its old count
             counter = counter + self._counter_offset
-        return _bootstrap.stream_key(self.bootstrap_seed, _process_rank(), counter)
+        return _bootstrap.stream_key(self.bootstrap_seed, _process_rank(), device=counter.device), counter
 
-    def _count_update(self) -> None:
-        """One more update drawn: called once the batch is accepted (a rejected batch changes nothing)."""
-        setattr(self, self._counter_name, getattr(self, self._counter_name) + 1)
+    def _count_samples(self, preds: Tensor) -> None:
+        """The batch's samples drawn: called once the batch is accepted (a rejected batch changes nothing).
+        Extra dimensions ``(N, C, ...)`` are samples too, as everywhere."""
+        samples = preds.shape[0] * math.prod(preds.shape[2:])
+        setattr(self, self._counter_name, getattr(self, self._counter_name) + samples)
 
     def _writable_states(self, *names: str) -> Tuple[Tensor, ...]:
         """The replicate states, to add to in place: a state made under ``torch.inference_mode()`` is copied once
@@ -263,7 +268,7 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
         _add_options_tag(self, num_labels, self.ties, self.ignore_index)
         self.add_state("precision_sum", torch.zeros(num_labels, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("label_count", torch.zeros(num_labels, dtype=torch.int64), dist_reduce_fx="sum")
-        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lwlrap_updates")
+        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lwlrap_samples")
         if self.num_bootstrap:
             shape = (self.num_bootstrap, num_labels)
             self.add_state("bootstrap_precision_sum", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
@@ -293,9 +298,9 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
             # The replicates are added to the states in place, after the whole batch is checked.
             precision_sum, label_count = _lwlrap_bootstrap_update(
                 preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args,
-                self._update_key(), *self._writable_states("bootstrap_precision_sum", "bootstrap_label_count"),
+                *self._stream(), *self._writable_states("bootstrap_precision_sum", "bootstrap_label_count"),
             )
-            self._count_update()
+            self._count_samples(preds)
         else:
             precision_sum, label_count = _lwlrap_update(
                 preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
@@ -444,7 +449,7 @@ class MultilabelLRAP(_Bootstrap, Metric):
         _add_options_tag(self, num_labels, self.ties, self.ignore_index)
         self.add_state("lrap_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
-        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lrap_updates")
+        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lrap_samples")
         if self.num_bootstrap:
             shape = (self.num_bootstrap,)
             self.add_state("bootstrap_lrap_sum", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
@@ -466,9 +471,9 @@ class MultilabelLRAP(_Bootstrap, Metric):
         if self.num_bootstrap:
             lrap_sum, weight_sum = _lrap_bootstrap_update(
                 preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args,
-                self._update_key(), *self._writable_states("bootstrap_lrap_sum", "bootstrap_weight_sum"),
+                *self._stream(), *self._writable_states("bootstrap_lrap_sum", "bootstrap_weight_sum"),
             )
-            self._count_update()
+            self._count_samples(preds)
         else:
             lrap_sum, weight_sum = _lrap_update(
                 preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
