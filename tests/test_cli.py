@@ -462,7 +462,8 @@ def test_sample_files_regenerate_identically_and_score(tmp_path, capsys):
 @pytest.mark.parametrize("layout", ["challenge", "wide"])
 def test_ties_expected_and_tie_block(tmp_path, capsys, layout):
     """Scores rounded to one decimal tie: --ties expected matches the naive expectation, the text report prints the
-    tie block with its advice, and --json carries the same numbers."""
+    tie block with what the scores show (rounded, not saturated) and its advice, and --json carries the same
+    numbers."""
     truth, pred, classes, preds, target = shuffled_files(tmp_path, 7, layout=layout)
     code, out, err = run_main(capsys, "score", truth, pred, "--json", "--ties", "expected")
     assert (code, err) == (0, "")
@@ -479,7 +480,10 @@ def test_ties_expected_and_tie_block(tmp_path, capsys, layout):
     assert (code, err) == (0, "")
     assert f"ties         {tied} of {int(target.sum())} positive labels" in out
     assert f"max {report['lwlrap_max']:.6f}, expected {report['lwlrap_expected']:.6f}" in out
-    assert "score the logits" in out
+    assert "cause        the scores are rounded: none has more than 1 decimal," in out
+    assert "score the logits" not in out and "saturated" not in out  # not one score is 0 or 1 and tied
+    assert "write the scores with every digit" in out and "--ties expected gives the mean" in out
+    assert (report["score_decimals"], report["saturated_tied_label_count"]) == (1, 0)
 
 
 def test_no_tie_block_without_tied_positive(tmp_path, capsys):

@@ -427,7 +427,7 @@ def test_compiled_reader_reads_what_float_reads(tmp_path, monkeypatch):
     path = tmp_path / "pred.csv"
     path.write_text("fname," + ",".join(CHALLENGE_CLASSES[:8] + ["Yell-2"]) + "\n"
                     + "".join(f"{f},{','.join(row)}\n" for f, row in zip(fnames, texts)))
-    assert _read_plain_table(str(path), accept=lambda header: True) is not None  # the compiled path is taken
+    assert _read_plain_table(path.read_text(), accept=lambda header: True) is not None  # the compiled path is taken
     fast = read_predictions(str(path))
     precise = precise_read(monkeypatch, path, read_predictions)
     want = np.array([[float(text) for text in row] for row in texts])
@@ -438,7 +438,7 @@ def test_compiled_reader_reads_what_float_reads(tmp_path, monkeypatch):
     target = (rng.random((300, 9)) < 0.3).astype(int)
     wide.write_text("fname," + ",".join(fast.classes) + "\n"
                     + "".join(f"{f},{','.join(map(str, row))}\n" for f, row in zip(fnames, target.tolist())))
-    assert _read_plain_table(str(wide), accept=lambda header: True) is not None
+    assert _read_plain_table(wide.read_text(), accept=lambda header: True) is not None
     assert read_truth(str(wide)) == precise_read(monkeypatch, wide, read_truth)
 
 

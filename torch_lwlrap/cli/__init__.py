@@ -3,13 +3,15 @@
 Usage::
 
     torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index|expected]
-                       [--where COLUMN=VALUE] [--classes FILE] [--top K] [--ci [B]]
-    torch-lwlrap compare TRUTH.csv A.csv B.csv [--bootstrap B] [--per-class] [--json] [--plot OUT.png]
+                       [--where COLUMN=VALUE] [--classes FILE] [--unknown VALUE] [--top K] [--ci [B]]
+    torch-lwlrap compare TRUTH.csv A.csv B.csv [--bootstrap N] [--per-class] [--json] [--plot OUT.png]
+                         [--ties max|index|expected] [--where COLUMN=VALUE] [--classes FILE] [--unknown VALUE]
     python -m torch_lwlrap score TRUTH.csv PRED.csv
 
 ``TRUTH.csv`` is either the challenge layout, header ``fname,labels`` with the positive class names of a row
 comma-joined in one quoted field (``a.wav,"Bark,Dog"``) and any metadata columns (``usage``, ``license``, ...),
-or a wide 0/1 table with header ``fname,<class>,...``.
+or a wide 0/1 table with header ``fname,<class>,...`` (``--unknown VALUE``: VALUE marks an unknown label).
+Any file may be gzip-compressed (``.csv.gz``), and one of them may be ``-``, standard input.
 ``PRED.csv`` is the submission layout, header ``fname,<class>,...`` with one score per class. Rows are matched by
 ``fname`` and classes by column name, both in any order. All scoring goes through
 :func:`torch_lwlrap.multilabel_lwlrap_per_class`, :func:`torch_lwlrap.multilabel_lwlrap` and
@@ -18,8 +20,9 @@ or a wide 0/1 table with header ``fname,<class>,...``.
 A bad file ends the program with exit status 2 and one line on stderr naming the file, the line, the ``fname``
 and/or the column at fault.
 
-The package, by audience: ``_files`` reads and checks the CSV files, ``_report`` formats the report, the JSON and
-the plot, and each subcommand is a module (``score``) registered in :data:`SUBCOMMANDS`.
+The package, by audience: ``_files`` reads and checks the CSV files, ``_inputs`` holds the options that choose what
+is scored (shared by ``score`` and ``compare``) and reads the files under them, ``_report`` formats the report, the
+JSON and the plot, and each subcommand is a module (``score``) registered in :data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,12 @@ the column at fault; :func:`torch_lwlrap.cli.main` prints it and exits with stat
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import math
 import re
+import sys
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
@@ -21,9 +25,11 @@ __all__ = [
     "Predictions",
     "Truth",
     "align",
+    "check_unknown",
     "check_vocabulary",
     "read_classes",
     "read_predictions",
+    "read_text",
     "read_truth",
     "select_rows",
 ]
@@ -76,6 +82,8 @@ class Truth:
         lines: the line number of each row in the file (for messages).
         metadata: in the challenge layout, the columns other than ``fname`` and ``labels`` (``usage``,
             ``license``, FSD50K's ``split``, ...), name to the stripped value of each row, in file order.
+        unknown: in a wide table read with ``unknown=VALUE``, for each row the classes whose value is ``VALUE``
+            (unknown labels: neither positive nor ranked); empty when no row has one.
     """
 
     fnames: List[str]
@@ -85,6 +93,7 @@ class Truth:
     path: str
     lines: List[int]
     metadata: Dict[str, List[str]] = field(default_factory=dict)
+    unknown: List[List[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -147,8 +156,81 @@ def _where(path: str, line: int, fname: Optional[str] = None) -> str:
     return f"{path!r}, line {line}" + (f" (fname {fname!r})" if fname is not None else "")
 
 
+#: The target value of an unknown label (``--unknown``): the ``ignore_index`` the scoring functions are given.
+UNKNOWN_TARGET = -1
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+GZIP_MAGIC = b"\x1f\x8b"
+# Compressions pandas reads by suffix that this reader does not: told apart by their first bytes.
+_OTHER_COMPRESSIONS = {b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def file_name(path: str) -> str:
+    """The name messages give a file: ``<stdin>`` for ``-``."""
+    return STDIN_NAME if path == STDIN else path
+
+
+def read_text(path: str, role: str) -> str:
+    """The text of a CSV file: ``-`` reads standard input; a gzip file (``.gz`` or gzip's first bytes) is
+    decompressed, as pandas does for ``df.to_csv("x.csv.gz")``; UTF-8 with or without a BOM.
+
+    Raises:
+        CsvFormatError: a missing, unreadable, corrupt-gzip or non-UTF-8 file, or a terminal on standard input.
+
+    Example:
+        >>> import gzip, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "truth.csv.gz")
+        >>> with gzip.open(path, "wt") as f:
+        ...     _ = f.write("fname,labels\\na.wav,Bark\\n")
+        >>> read_text(path, "truth")
+        'fname,labels\\na.wav,Bark\\n'
+    """
+    name = file_name(path)
+    if path == STDIN:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise CsvFormatError(
+                f"{role} file '-' reads standard input, which is a terminal: pipe the file in, e.g. "
+                f"'cat {role}.csv | torch-lwlrap score ...' with '-' in its place."
+            )
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+    else:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            raise CsvFormatError(f"{role} file {name!r} does not exist.") from None
+        except IsADirectoryError:
+            raise CsvFormatError(f"{role} file {name!r} is a directory, not a CSV file.") from None
+        except OSError as err:
+            raise CsvFormatError(f"{role} file {name!r} cannot be read: {err.strerror or err}.") from None
+    if path.endswith(".gz") and not data.startswith(GZIP_MAGIC):
+        raise CsvFormatError(
+            f"{role} file {name!r} is named .gz but is not gzip-compressed (it does not start with gzip's bytes): "
+            f"rename it without .gz, or compress it with gzip."
+        )
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
+            raise CsvFormatError(
+                f"{role} file {name!r} is not a complete gzip file ({err}): write it again, e.g. "
+                f"df.to_csv('{role}.csv.gz', index=False), or give the uncompressed CSV."
+            ) from None
+    else:
+        for magic, kind in _OTHER_COMPRESSIONS.items():
+            if data.startswith(magic):
+                raise CsvFormatError(
+                    f"{role} file {name!r} is {kind}-compressed: torch-lwlrap reads plain or gzip-compressed CSV; "
+                    f"decompress it, or write it with df.to_csv('{role}.csv.gz', index=False)."
+                )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise CsvFormatError(f"{role} file {name!r} is not UTF-8 text ({err.reason} at byte {err.start}).") from None
+
+
 def _read_plain_table(
-    path: str, *, accept: Callable[[List[str]], bool]
+    text: str, *, accept: Callable[[List[str]], bool]
 ) -> Optional[Tuple[List[str], List[str], np.ndarray]]:
     """Header, fnames and values ``(rows, columns after fname)`` of a plain numeric table, parsed by numpy's
     compiled reader (about 20 times faster than the csv module and ``float``, and to the same bits).
@@ -157,11 +239,8 @@ def _read_plain_table(
     ``accept`` takes. Anything else returns None, and the precise line-by-line reader (:func:`_read_rows`) reads
     the file instead, naming any error's file, line, fname and column exactly.
     """
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError):
-        return None
+    if "\r" in text:  # as a file opened in text mode reads it
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     header_line, _, body = text.partition("\n")
     if not body or '"' in body:
         return None
@@ -198,34 +277,44 @@ def _read_plain_table(
     return header, fnames, values
 
 
-def _read_rows(path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
-    """Header (stripped names) and ``(line, fields)`` of each non-blank row; checks header and field counts."""
+_SEPARATORS = {";": "';'", "\t": "tabs ('\\t')", "|": "'|'"}
+
+
+def _other_separator(header: Sequence[str]) -> Optional[str]:
+    """How the header is separated when it is by another separator than a comma (``fname;a;b``), else None."""
+    line = ",".join(header)
+    for separator, name in _SEPARATORS.items():
+        if separator in line and "fname" in (field.strip().strip('"') for field in line.split(separator)):
+            return name
+    return None
+
+
+def _read_rows(text: str, path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
+    """Header (stripped names) and ``(line, fields)`` of each non-blank row of ``text`` (the file ``path``);
+    checks header and field counts."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: Optional[List[str]] = None
+    rows: List[Tuple[int, List[str]]] = []
     try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
-            header: Optional[List[str]] = None
-            rows: List[Tuple[int, List[str]]] = []
-            for fields in reader:
-                if not fields or all(not field.strip() for field in fields):
-                    continue  # blank line
-                if header is None:
-                    header = [field.strip() for field in fields]
-                else:
-                    rows.append((reader.line_num, fields))
-    except FileNotFoundError:
-        raise CsvFormatError(f"{role} file {path!r} does not exist.") from None
-    except IsADirectoryError:
-        raise CsvFormatError(f"{role} file {path!r} is a directory, not a CSV file.") from None
-    except UnicodeDecodeError as err:
-        raise CsvFormatError(f"{role} file {path!r} is not UTF-8 text ({err.reason} at byte {err.start}).") from None
+        for fields in reader:
+            if not fields or all(not field.strip() for field in fields):
+                continue  # blank line
+            if header is None:
+                header = [field.strip() for field in fields]
+            else:
+                rows.append((reader.line_num, fields))
     except csv.Error as err:
         raise CsvFormatError(f"{role} file {path!r} is not valid CSV: {err}.") from None
-    except OSError as err:
-        raise CsvFormatError(f"{role} file {path!r} cannot be read: {err.strerror or err}.") from None
 
     if header is None:
         raise CsvFormatError(f"{role} file {path!r} is empty: expected a header line and one row per fname.")
     if "fname" not in header:
+        separator = _other_separator(header)
+        if separator is not None:
+            raise CsvFormatError(
+                f"{role} file {path!r} looks separated by {separator}, but torch-lwlrap reads comma-separated files: "
+                f"write it with df.to_csv(path, index=False) (without sep=), with '.' as the decimal point."
+            )
         shown = ",".join(header)
         if len(shown) > 80:
             shown = shown[:77] + "..."
@@ -267,7 +356,7 @@ def _read_rows(path: str, role: str) -> Tuple[List[str], List[Tuple[int, List[st
     return header, rows
 
 
-def read_truth(path: str) -> Truth:
+def read_truth(path: str, *, unknown: Optional[str] = None, text: Optional[str] = None) -> Truth:
     """Read a ground-truth CSV: challenge layout (``fname,labels``) or a wide 0/1 table (``fname,<class>,...``).
 
     The layout is told by the header: a header with both ``fname`` and ``labels`` columns is the challenge layout,
@@ -277,7 +366,11 @@ def read_truth(path: str) -> Truth:
     ``mids,split`` (see :attr:`Truth.metadata`).
 
     Args:
-        path: the CSV file.
+        path: the CSV file (``.gz``: gzip-compressed; ``-``: standard input).
+        unknown: in a wide table, the value marking an unknown label (``"-1"``), compared as a number when it is
+            one (``-1.0`` is ``-1``), else as text (``"?"``, ``""``); such entries are listed in
+            :attr:`Truth.unknown`. It must not be 0 or 1 (see :func:`check_unknown`).
+        text: the file's text when already read (:func:`read_text`).
 
     Returns:
         A :class:`Truth`.
@@ -295,18 +388,32 @@ def read_truth(path: str) -> Truth:
         >>> truth.layout, truth.fnames, truth.labels
         ('challenge', ['a.wav', 'b.wav'], [['Bark', 'Dog'], ['Guitar']])
     """
-    plain = _read_plain_table(path, accept=lambda header: not _is_challenge(header))
-    if plain is not None and np.isin(plain[2], (0.0, 1.0)).all():
+    if text is None:
+        text = read_text(path, "truth")
+    path = file_name(path)
+    is_unknown = _unknown_matcher(unknown)
+    plain = _read_plain_table(text, accept=lambda header: not _is_challenge(header))
+    mark = None if unknown is None else _unknown_number(unknown)
+    if plain is not None and np.isin(plain[2], (0.0, 1.0) if mark is None else (0.0, 1.0, mark)).all():
         header, fnames, values = plain
         classes = header[1:]
-        labels = [[classes[j] for j in np.flatnonzero(row).tolist()] for row in values]
-        return Truth(fnames, labels, classes, "wide", path, list(range(2, len(fnames) + 2)))
+        labels = [[classes[j] for j in np.flatnonzero(row == 1.0).tolist()] for row in values]
+        unknown_labels = []
+        if mark is not None and (values == mark).any():
+            unknown_labels = [[classes[j] for j in np.flatnonzero(row == mark).tolist()] for row in values]
+        return Truth(fnames, labels, classes, "wide", path, list(range(2, len(fnames) + 2)), {}, unknown_labels)
 
-    header, rows = _read_rows(path, "truth")
+    header, rows = _read_rows(text, path, "truth")
     fname_at = header.index("fname")
     fnames = [fields[fname_at].strip() for _, fields in rows]
     lines = [line for line, _ in rows]
     if _is_challenge(header):
+        if unknown is not None:
+            raise CommandError(
+                f"--unknown {unknown}: truth file {path!r} is the challenge layout (fname,labels), which lists "
+                f"positive labels only; --unknown marks values of a wide truth table (fname,<class>,... of 0, 1 "
+                f"and {unknown}): leave it out."
+            )
         labels_at = header.index("labels")
         labels = []
         for fields in (fields for _, fields in rows):
@@ -323,37 +430,99 @@ def read_truth(path: str) -> Truth:
     if not classes:
         raise CsvFormatError(f"truth file {path!r} has an 'fname' column but no class columns.")
     labels = []
+    unknown_labels: List[List[str]] = []
     for line, fields in rows:
         positive = []
+        row_unknown = []
         for position, name in enumerate(header):
             if position == fname_at:
                 continue
-            text = fields[position].strip()
+            field_text = fields[position].strip()
             try:
-                value = float(text)
+                value = float(field_text)
             except ValueError:
                 value = float("nan")
-            if value not in (0.0, 1.0):
+            if value == 1.0:
+                positive.append(name)
+            elif value == 0.0:
+                continue
+            elif is_unknown(field_text):
+                row_unknown.append(name)
+            else:
                 if _counts_up_text([other[position].strip() for _, other in rows]):
                     raise _index_column_error("truth", path, position, name, [])
                 raise CsvFormatError(
                     f"truth file {_where(path, line, fields[fname_at].strip())}, column {name!r}: the value "
-                    f"{text!r} is not 0 or 1."
+                    f"{field_text!r} is not 0 or 1{_unknown_hint(field_text, unknown)}."
                 )
-            if value == 1.0:
-                positive.append(name)
         labels.append(positive)
-    return Truth(fnames, labels, classes, "wide", path, lines)
+        unknown_labels.append(row_unknown)
+    if not any(unknown_labels):
+        unknown_labels = []
+    return Truth(fnames, labels, classes, "wide", path, lines, {}, unknown_labels)
 
 
-def read_predictions(path: str) -> Predictions:
+def check_unknown(unknown: Optional[str]) -> Optional[str]:
+    """``unknown``, stripped; CommandError when it is 0 or 1 (the labels it would hide).
+
+    Example:
+        >>> check_unknown(" -1 ")
+        '-1'
+    """
+    if unknown is None:
+        return None
+    unknown = unknown.strip()
+    if _unknown_number(unknown) in (0.0, 1.0):
+        raise CommandError(
+            f"--unknown {unknown}: 0 and 1 are the negative and positive labels; --unknown takes the other value "
+            f"that marks an unknown label in the wide truth table, such as --unknown -1."
+        )
+    return unknown
+
+
+def _unknown_number(unknown: str) -> Optional[float]:
+    try:
+        value = float(unknown)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def _unknown_matcher(unknown: Optional[str]) -> Callable[[str], bool]:
+    """Whether a stripped field holds ``unknown``: equal as numbers when ``unknown`` is one, else as text."""
+    if unknown is None:
+        return lambda text: False
+    number = _unknown_number(unknown)
+    if number is None:
+        if unknown.lower() == "nan":
+            return lambda text: text.lower() == "nan"
+        return lambda text: text == unknown
+    return lambda text: _unknown_number(text) == number
+
+
+def _unknown_hint(text: str, unknown: Optional[str]) -> str:
+    if unknown is not None:
+        return f" or the --unknown value {unknown!r}"
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if 0.0 < value < 1.0:
+        return ""  # a score, not a mark
+    import shlex
+
+    return f"; if it marks an unknown label, pass --unknown {shlex.quote(text)} (neither positive nor ranked)"
+
+
+def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
     """Read a submission CSV: header ``fname,<class>,...`` and one real score per class and row.
 
     Scores may be any real number (probabilities, logits, ``inf``); they are ranked as given. Empty, non-numeric
     and NaN scores are rejected.
 
     Args:
-        path: the CSV file.
+        path: the CSV file (``.gz``: gzip-compressed; ``-``: standard input).
+        text: the file's text when already read (:func:`read_text`).
 
     Returns:
         A :class:`Predictions`.
@@ -371,13 +540,16 @@ def read_predictions(path: str) -> Predictions:
         >>> pred.classes, pred.scores.tolist()
         (['Bark', 'Dog'], [[0.9, 0.25], [0.1, 0.5]])
     """
-    plain = _read_plain_table(path, accept=lambda header: True)
+    if text is None:
+        text = read_text(path, "prediction")
+    path = file_name(path)
+    plain = _read_plain_table(text, accept=lambda header: True)
     if plain is not None:
         header, fnames, scores = plain
         _check_no_index_column(scores, header[1:], header, path)
         return Predictions(fnames, header[1:], scores, path)
 
-    header, rows = _read_rows(path, "prediction")
+    header, rows = _read_rows(text, path, "prediction")
     fname_at = header.index("fname")
     classes = [name for name in header if name != "fname"]
     if not classes:
@@ -389,11 +561,11 @@ def read_predictions(path: str) -> Predictions:
         fname = fields[fname_at].strip()
         fnames.append(fname)
         for column, position in enumerate(columns):
-            text = fields[position].strip()
+            field_text = fields[position].strip()
             try:
-                value = float(text)
+                value = float(field_text)
             except ValueError:
-                problem = "is empty" if not text else f"{text!r} is not a number"
+                problem = "is empty" if not field_text else f"{field_text!r} is not a number"
                 raise CsvFormatError(
                     f"prediction file {_where(path, line, fname)}, column {header[position]!r}: the score "
                     f"{problem}."
@@ -469,11 +641,13 @@ def select_rows(truth: Truth, where: Sequence[Tuple[str, str]]) -> Truth:
         truth.path,
         [truth.lines[row] for row in keep],
         {name: [values[row] for row in keep] for name, values in truth.metadata.items()},
+        [truth.unknown[row] for row in keep] if truth.unknown else [],
     )
 
 
 def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) -> Tuple[np.ndarray, np.ndarray]:
-    """0/1 target ``(rows, classes)`` in the prediction's row and column order, and the prediction rows it covers.
+    """Target ``(rows, classes)`` in the prediction's row and column order, and the prediction rows it covers: 1 for
+    a positive label, 0 for a negative, :data:`UNKNOWN_TARGET` for an unknown one (:attr:`Truth.unknown`).
 
     Every truth fname must be a prediction row, and every prediction fname a truth row, except the fnames in
     ``unselected`` (truth rows left out by :func:`select_rows`), whose prediction rows are left out.
@@ -514,6 +688,9 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
                     f"file {pred.path!r}."
                 )
             target[row, columns[name]] = 1
+    for fname, names in zip(truth.fnames, truth.unknown):
+        for name in names:
+            target[position[fname], columns[name]] = UNKNOWN_TARGET
     return target, kept_rows
 
 

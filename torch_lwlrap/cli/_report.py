@@ -53,6 +53,7 @@ class Score:
         truth_rows: the number of rows of the truth file (``num_samples`` when nothing was selected).
         ignored_pred_rows: prediction rows left out because their truth rows were not selected.
         vocabulary: the ``--classes`` file that pinned the classes, or None.
+        num_unknown: the unknown labels of the scored rows (``--unknown``): neither positive nor ranked.
     """
 
     lwlrap: float
@@ -70,6 +71,7 @@ class Score:
     truth_rows: Optional[int] = None
     ignored_pred_rows: int = 0
     vocabulary: Optional[str] = None
+    num_unknown: int = 0
 
     def to_dict(self) -> Dict[str, object]:
         """The JSON object printed by ``--json``; the lwlrap of a class without positive is None (``null``).
@@ -85,6 +87,7 @@ class Score:
             "num_samples": self.num_samples,
             "num_labels": self.num_labels,
             "num_classes": len(self.classes),
+            "num_unknown": self.num_unknown,
             "per_class": {
                 name: {"lwlrap": None if math.isnan(value) else value, "weight": weight, "count": count}
                 for name, value, weight, count in zip(self.classes, self.per_class, self.weights, self.counts)
@@ -274,7 +277,7 @@ def format_report(
     lines += [
         summary_line("samples", score.num_samples),
         summary_line("classes", classes),
-        summary_line("labels", f"{score.num_labels} positive"),
+        summary_line("labels", labels_summary(score.num_labels, score.num_unknown)),
         summary_line("lwlrap", f"{score.lwlrap:.6f}" + _interval_note(score)),
         summary_line("LRAP", f"{score.lrap:.6f}"),
     ]
@@ -285,6 +288,17 @@ def format_report(
         if block:
             lines += [""] + block
     return "\n".join(lines)
+
+
+def labels_summary(num_labels: int, num_unknown: int) -> str:
+    """The value of the report's ``labels`` line.
+
+    Example:
+        >>> labels_summary(397, 0), labels_summary(397, 12)
+        ('397 positive', '397 positive, 12 unknown (--unknown: neither positive nor ranked)')
+    """
+    unknown = f", {num_unknown} unknown (--unknown: neither positive nor ranked)" if num_unknown else ""
+    return f"{num_labels} positive{unknown}"
 
 
 def _interval_note(score: Score) -> str:
@@ -332,6 +346,8 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
                 ax=ax,
                 title=title if panels == 1 else None,
             )
+            if score.extra.get("ci"):
+                _draw_intervals(ax, score, chosen)
             ax.set_ylim(len(chosen) - 0.5, -0.5)  # no blank margin above the first bar and below the last
             if panels > 1:
                 ax.tick_params(axis="y", labelsize=8)
@@ -343,6 +359,27 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
     finally:
         if fig is not None:
             plt.close(fig)
+
+
+def _draw_intervals(ax, score: Score, chosen: Sequence[int]) -> None:
+    """The bootstrap interval of each class drawn (``--ci``) on its bar, as an error bar."""
+    ci = score.extra["ci"]
+    rows = [(y, i) for y, i in enumerate(chosen) if ci["per_class"].get(score.classes[i]) is not None]
+    if not rows:
+        return
+    bounds = [ci["per_class"][score.classes[i]] for _, i in rows]
+    # Centred on the interval, not on the value: a percentile interval need not hold the value in its middle.
+    ax.errorbar(
+        [(low + high) / 2 for low, high in bounds],
+        [y for y, _ in rows],
+        xerr=[(high - low) / 2 for low, high in bounds],
+        fmt="none",
+        ecolor="black",
+        elinewidth=1,
+        capsize=2,
+        label=f"{_level_name(ci['level'])} bootstrap interval ({ci['num_bootstrap']} replicates)",
+    )
+    ax.legend(loc="lower right", fontsize="small")
 
 
 def print_output(text: str) -> None:

@@ -9,39 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Dict, List, Optional
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from torch_lwlrap.cli._files import CommandError, CsvFormatError, align, read_predictions, read_truth
-from torch_lwlrap.cli._report import check_bootstrap_args, print_output, summary_line
+from torch_lwlrap.cli._files import CommandError, file_name
+from torch_lwlrap.cli._inputs import Inputs, add_input_options, input_options, read_inputs
+from torch_lwlrap.cli._report import check_bootstrap_args, labels_summary, print_output, summary_line
 
 __all__ = ["add_parser", "compare_files", "format_comparison", "run"]
 
 #: Classes listed per direction with ``--per-class``.
 TOP_CLASSES = 5
-
-
-def _reorder(pred_b, pred_a) -> np.ndarray:
-    """System B's scores in system A's row and column order (both must list the same fnames and classes)."""
-    rows = {fname: row for row, fname in enumerate(pred_b.fnames)}
-    columns = {name: column for column, name in enumerate(pred_b.classes)}
-    for fname in pred_a.fnames:
-        if fname not in rows:
-            raise CsvFormatError(f"fname {fname!r} of prediction file {pred_a.path!r} is missing from {pred_b.path!r}.")
-    for name in pred_a.classes:
-        if name not in columns:
-            raise CsvFormatError(
-                f"class column {name!r} of prediction file {pred_a.path!r} is not a column of {pred_b.path!r}."
-            )
-    if len(pred_b.fnames) != len(pred_a.fnames) or len(pred_b.classes) != len(pred_a.classes):
-        raise CsvFormatError(
-            f"prediction files {pred_a.path!r} and {pred_b.path!r} must score the same rows and classes, but have "
-            f"{len(pred_a.fnames)} x {len(pred_a.classes)} and {len(pred_b.fnames)} x {len(pred_b.classes)}."
-        )
-    row_order = [rows[f] for f in pred_a.fnames]
-    column_order = [columns[c] for c in pred_a.classes]
-    return pred_b.scores[np.ix_(row_order, column_order)]
 
 
 def compare_files(
@@ -53,12 +33,19 @@ def compare_files(
     level: float = 0.95,
     seed: int = 0,
     ties: str = "max",
+    where: Sequence[Tuple[str, str]] = (),
+    classes_path: Optional[str] = None,
+    unknown: Optional[str] = None,
 ) -> Dict[str, object]:
     """Read the truth and two submissions, match rows by ``fname`` and classes by name, and compare them.
 
+    ``ties``, ``where``, ``classes_path`` and ``unknown`` mean what they mean for
+    :func:`torch_lwlrap.cli.score.score_files`; both submissions must score the same (selected) rows and classes.
+
     Returns:
         A JSON-able dict: both lwlrap values, ``difference`` (A - B) with its ``interval`` and ``p_value``, the
-        resampling settings, and ``per_class`` entries (NaN values as None) in system A's column order.
+        resampling settings, ``per_class`` entries (NaN values as None) in system A's column order, and
+        ``options``: every option that shaped the numbers.
 
     Example:
         >>> import os, tempfile
@@ -73,22 +60,18 @@ def compare_files(
         >>> result["difference"], result["interval"], result["p_value"]
         (0.0, [0.0, 0.0], 1.0)
     """
+    inputs = read_inputs(truth_path, [a_path, b_path], where=where, classes_path=classes_path, unknown=unknown)
+    _check_index_ties(ties, inputs)
     import torch
 
     from torch_lwlrap.intervals import compare_lwlrap
 
-    truth = read_truth(truth_path)
-    pred_a = read_predictions(a_path)
-    pred_b = read_predictions(b_path)
-    target_np, _ = align(truth, pred_a)  # every row of A: no truth row is left out here
-    if target_np.sum() == 0:
-        raise CsvFormatError(f"truth file {truth.path!r} has no positive label at all: lwlrap is undefined.")
-    scores_b = _reorder(pred_b, pred_a)
     result = compare_lwlrap(
-        torch.from_numpy(pred_a.scores),
-        torch.from_numpy(scores_b),
-        torch.from_numpy(target_np),
+        torch.from_numpy(inputs.scores[0]),
+        torch.from_numpy(inputs.scores[1]),
+        torch.from_numpy(inputs.target),
         ties=ties,
+        ignore_index=inputs.ignore_index,
         num_bootstrap=num_bootstrap,
         level=level,
         seed=seed,
@@ -98,9 +81,9 @@ def compare_files(
         value = float(value)
         return None if math.isnan(value) else value
 
-    counts = target_np.sum(axis=0, dtype=np.int64).tolist()
+    counts = inputs.counts.tolist()
     per_class = {}
-    for i, name in enumerate(pred_a.classes):
+    for i, name in enumerate(inputs.classes):
         low, high = number(result.per_class_low[i]), number(result.per_class_high[i])
         per_class[name] = {
             "lwlrap_a": number(result.per_class_a[i]),
@@ -114,8 +97,9 @@ def compare_files(
         "truth": truth_path,
         "a": a_path,
         "b": b_path,
-        "num_samples": len(pred_a.fnames),
+        "num_samples": len(inputs.target),
         "num_labels": int(sum(counts)),
+        "num_unknown": inputs.num_unknown,
         "lwlrap_a": float(result.value_a),
         "lwlrap_b": float(result.value_b),
         "difference": float(result.difference),
@@ -124,8 +108,33 @@ def compare_files(
         "level": level,
         "num_bootstrap": num_bootstrap,
         "seed": seed,
+        "selection": None
+        if not where
+        else {
+            "where": dict(where),
+            "truth_rows": inputs.truth_rows,
+            "selected_rows": len(inputs.target),
+            "ignored_prediction_rows": {"a": inputs.ignored_pred_rows[0], "b": inputs.ignored_pred_rows[1]},
+        },
+        "vocabulary": classes_path,
         "per_class": per_class,
+        "options": {
+            **input_options(ties, where, classes_path, unknown),
+            "bootstrap": num_bootstrap,
+            "level": level,
+            "seed": seed,
+        },
     }
+
+
+def _check_index_ties(ties: str, inputs: Inputs) -> None:
+    """``--ties index`` orders tied scores by each file's column order, so both files must share it."""
+    if ties == "index" and inputs.predictions[0].classes != inputs.predictions[1].classes:
+        a, b = (pred.path for pred in inputs.predictions)
+        raise CommandError(
+            f"--ties index orders tied scores by the prediction file's column order, but {a!r} and {b!r} list "
+            f"their classes in different orders: write both in the same order, or use --ties max or expected."
+        )
 
 
 def _changed_most(result: Dict, sign: int) -> List[str]:
@@ -141,7 +150,8 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
     Example:
         >>> result = {"truth": "t.csv", "a": "a.csv", "b": "b.csv", "num_samples": 2, "num_labels": 3,
         ...           "lwlrap_a": 0.9, "lwlrap_b": 0.8, "difference": 0.1, "interval": [0.02, 0.2],
-        ...           "p_value": 0.01, "level": 0.95, "num_bootstrap": 1000, "seed": 0, "per_class": {}}
+        ...           "p_value": 0.01, "level": 0.95, "num_bootstrap": 1000, "seed": 0, "per_class": {},
+        ...           "options": {"ties": "max"}}
         >>> print(format_comparison(result))
         truth        t.csv
         A            a.csv
@@ -152,16 +162,30 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
         lwlrap B     0.800000
         A - B        +0.100000  95% interval [+0.020000, +0.200000]  p = 0.0100
         <BLANKLINE>
-        paired bootstrap over the evaluation rows: B=1000, seed 0
+        paired bootstrap over the evaluation rows: 1000 replicates, seed 0
     """
     level = f"{100 * result['level']:g}%"
     low, high = result["interval"]
-    lines = [
-        summary_line("truth", result["truth"]),
-        summary_line("A", result["a"]),
-        summary_line("B", result["b"]),
+    selection = result.get("selection")
+    lines = [summary_line("truth", file_name(result["truth"]))]
+    if selection:
+        conditions = " and ".join(f"{column}={value}" for column, value in selection["where"].items())
+        lines.append(
+            summary_line("where", f"{conditions}: {selection['selected_rows']} of {selection['truth_rows']} truth rows")
+        )
+    for system in ("a", "b"):
+        ignored = selection["ignored_prediction_rows"][system] if selection else 0
+        note = f" ({ignored} rows outside the selection ignored)" if ignored else ""
+        lines.append(summary_line(system.upper(), file_name(result[system]) + note))
+    if result.get("vocabulary") is not None:
+        lines.append(summary_line("vocabulary", f"{result['vocabulary']} (every class, no other)"))
+    lines += [
         summary_line("samples", result["num_samples"]),
-        summary_line("labels", f"{result['num_labels']} positive"),
+        summary_line("labels", labels_summary(result["num_labels"], result.get("num_unknown", 0))),
+    ]
+    if result["options"]["ties"] != "max":
+        lines.append(summary_line("ties", f"--ties {result['options']['ties']}"))
+    lines += [
         summary_line("lwlrap A", f"{result['lwlrap_a']:.6f}"),
         summary_line("lwlrap B", f"{result['lwlrap_b']:.6f}"),
         summary_line(
@@ -169,7 +193,7 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
             f"p = {result['p_value']:.4f}"
         ),
         "",
-        f"paired bootstrap over the evaluation rows: B={result['num_bootstrap']}, seed {result['seed']}",
+        f"paired bootstrap over the evaluation rows: {result['num_bootstrap']} replicates, seed {result['seed']}",
     ]
     if per_class:
         classes = result["per_class"]
@@ -193,6 +217,22 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
     return "\n".join(lines)
 
 
+def plot_title(result: Dict) -> str:
+    """The chart's title: which file is A and which B, and their overall difference.
+
+    Example:
+        >>> print(plot_title({"a": "runs/new.csv", "b": "runs/old.csv", "difference": 0.0322,
+        ...                   "interval": [-0.0124, 0.083], "p_value": 0.1618}))
+        A = new.csv, B = old.csv
+        A - B = +0.0322 [-0.0124, +0.0830], p = 0.162
+    """
+    return (
+        f"A = {os.path.basename(file_name(result['a']))}, B = {os.path.basename(file_name(result['b']))}\n"
+        f"A - B = {result['difference']:+.4f} [{result['interval'][0]:+.4f}, {result['interval'][1]:+.4f}], "
+        f"p = {result['p_value']:.3f}"
+    )
+
+
 def write_plot(result: Dict, path: str) -> None:
     """Per-class differences A - B with their intervals, largest first (needs matplotlib)."""
     from torch_lwlrap.plot import _pyplot
@@ -210,11 +250,10 @@ def write_plot(result: Dict, path: str) -> None:
     ax.axvline(0.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), names)
     level = f"{100 * result['level']:g}%"
-    ax.set_xlabel(f"per-class lwlrap A - B, with {level} paired bootstrap intervals")
-    ax.set_title(
-        f"A - B = {result['difference']:+.4f} [{result['interval'][0]:+.4f}, {result['interval'][1]:+.4f}], "
-        f"p = {result['p_value']:.3f}"
+    ax.set_xlabel(
+        f"per-class lwlrap A - B, with {level} paired bootstrap intervals ({result['num_bootstrap']} replicates)"
     )
+    ax.set_title(plot_title(result))
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=100)
@@ -235,16 +274,22 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "weights, so the interval reflects how much the difference would move on another evaluation set.",
         epilog="Exit status: 0 on success, 2 on a bad file or bad arguments (one line on stderr).",
     )
-    parser.add_argument("truth", metavar="TRUTH.csv", help="ground truth, as for `torch-lwlrap score`")
-    parser.add_argument("a", metavar="A.csv", help="submission of system A")
-    parser.add_argument("b", metavar="B.csv", help="submission of system B (same fnames and classes as A)")
-    parser.add_argument("--bootstrap", metavar="B", type=int, default=1000, help="replicates (default 1000)")
+    parser.add_argument(
+        "truth", metavar="TRUTH.csv", help="ground truth, as for `torch-lwlrap score` ('-': standard input)"
+    )
+    parser.add_argument("a", metavar="A.csv", help="submission of system A ('-': standard input)")
+    parser.add_argument(
+        "b", metavar="B.csv", help="submission of system B, the same fnames and classes as A ('-': standard input)"
+    )
+    parser.add_argument(
+        "--bootstrap", metavar="N", type=int, default=1000, help="bootstrap replicates (default 1000)"
+    )
     parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     parser.add_argument("--per-class", action="store_true", help="list the classes that changed most either way")
     parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     parser.add_argument("--plot", metavar="OUT.png", help="write per-class differences with their intervals")
-    parser.add_argument("--ties", choices=("max", "index"), default="max", help="tie rule, as for `score`")
+    add_input_options(parser)
     parser.set_defaults(run=run)
     return parser
 
@@ -260,7 +305,8 @@ def run(args: argparse.Namespace) -> int:
                 "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
             ) from None
     result = compare_files(
-        args.truth, args.a, args.b, num_bootstrap=args.bootstrap, level=args.level, seed=args.seed, ties=args.ties
+        args.truth, args.a, args.b, num_bootstrap=args.bootstrap, level=args.level, seed=args.seed, ties=args.ties,
+        where=args.where, classes_path=args.classes_path, unknown=args.unknown,
     )
     if args.plot:
         write_plot(result, args.plot)

@@ -9,21 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from torch_lwlrap._options import TIES
-from torch_lwlrap.cli._files import (
-    CommandError,
-    CsvFormatError,
-    align,
-    check_vocabulary,
-    read_classes,
-    read_predictions,
-    read_truth,
-    select_rows,
-)
+from torch_lwlrap.cli._files import UNKNOWN_TARGET, CommandError, file_name
+from torch_lwlrap.cli._inputs import add_input_options, input_options, read_inputs
 from torch_lwlrap.cli._report import (
     Score,
     check_bootstrap_args,
@@ -43,6 +34,7 @@ def score_files(
     ties: str = "max",
     where: Sequence[Tuple[str, str]] = (),
     classes_path: Optional[str] = None,
+    unknown: Optional[str] = None,
     num_bootstrap: int = 0,
     level: float = 0.95,
     seed: int = 0,
@@ -50,8 +42,10 @@ def score_files(
     """Read a truth and a submission CSV, match rows by ``fname`` and classes by name, and score them.
 
     Args:
-        truth_path: ground truth, challenge layout (``fname,labels[,metadata...]``) or wide 0/1 table.
-        pred_path: submission, ``fname,<class>,...`` with scores.
+        truth_path: ground truth, challenge layout (``fname,labels[,metadata...]``) or wide 0/1 table; ``-`` reads
+            standard input, ``.gz`` is gzip-compressed.
+        pred_path: submission, ``fname,<class>,...`` with scores; ``-`` and ``.gz`` as for ``truth_path`` (at
+            most one of the two may be ``-``).
         ties: ``"max"`` (tied scores share the lowest rank, scikit-learn's rule), ``"index"`` (tied scores are
             ordered by the prediction file's column order, leftmost first) or ``"expected"`` (the mean over random
             orders of tied scores).
@@ -60,10 +54,14 @@ def score_files(
         where: ``(column, value)`` conditions on the truth's metadata columns, all of which a truth row must meet
             to be scored (``[("usage", "Public")]``); prediction rows of the other truth rows are left out.
         classes_path: a vocabulary file (:func:`read_classes`): the prediction's columns must be its classes.
+        unknown: in a wide truth table, the value that marks an unknown label (``"-1"``): such entries are
+            neither positive nor ranked (the functions' ``ignore_index``).
 
     Returns:
         A :class:`Score`; classes are listed in the prediction file's column order. When a positive label's score
-        ties another label's, ``score.extra["ties"]`` holds the :func:`torch_lwlrap.tie_report` (as a dict).
+        ties another label's, ``score.extra["ties"]`` holds the :func:`torch_lwlrap.tie_report` (as a dict) and
+        what the tied scores show (:func:`tie_causes`). ``score.extra["options"]`` holds every option that shaped
+        the numbers.
 
     Raises:
         CsvFormatError: a bad file (see :func:`read_truth`, :func:`read_predictions`), an fname in one file but
@@ -85,20 +83,8 @@ def score_files(
         >>> [round(value, 4) for value in score.per_class]
         [0.6667, 1.0, 0.75]
     """
-    all_truth = read_truth(truth_path)
-    pred = read_predictions(pred_path)
-    truth = select_rows(all_truth, where)
-    if classes_path is not None:
-        check_vocabulary(read_classes(classes_path), classes_path, truth, pred)
-    unselected = set(all_truth.fnames).difference(truth.fnames) if where else set()
-    target_np, kept_rows = align(truth, pred, unselected=unselected)
-    counts = target_np.sum(axis=0, dtype=np.int64)
-    if counts.sum() == 0:
-        rows = "the truth rows selected by " + " ".join(f"--where {c}={v}" for c, v in where) if where else "it"
-        raise CsvFormatError(
-            f"truth file {truth.path!r} has no positive label at all ({rows}): lwlrap is undefined without one."
-        )
-    scores = pred.scores if len(kept_rows) == len(pred.fnames) else pred.scores[kept_rows]
+    inputs = read_inputs(truth_path, [pred_path], where=where, classes_path=classes_path, unknown=unknown)
+    scores, target_np, ignore_index = inputs.scores[0], inputs.target, inputs.ignore_index
     # torch only now: a bad file is reported without waiting for it.
     import torch
 
@@ -107,15 +93,18 @@ def score_files(
 
     preds = torch.from_numpy(scores)  # float64
     target = torch.from_numpy(target_np)
-    per_class, weights = multilabel_lwlrap_per_class(preds, target, ties=ties)
-    lwlrap = multilabel_lwlrap(preds, target, ties=ties)
-    lrap = multilabel_lrap(preds, target, ties=ties)
-    ties_found = tie_report(preds, target)
-    extra = {"ties": ties_found.as_dict()} if ties_found.has_ties else {}
+    rule = dict(ties=ties, ignore_index=ignore_index)
+    per_class, weights = multilabel_lwlrap_per_class(preds, target, **rule)
+    lwlrap = multilabel_lwlrap(preds, target, **rule)
+    lrap = multilabel_lrap(preds, target, **rule)
+    ties_found = tie_report(preds, target, ignore_index=ignore_index)
+    extra: Dict[str, object] = {}
+    if ties_found.has_ties:
+        extra["ties"] = {**ties_found.as_dict(), **tie_causes(scores, target_np)}
     if num_bootstrap:
         from torch_lwlrap.intervals import multilabel_lwlrap_ci
 
-        options = dict(ties=ties, num_bootstrap=num_bootstrap, level=level, seed=seed)
+        options = dict(num_bootstrap=num_bootstrap, level=level, seed=seed, **rule)
         _, low, high = multilabel_lwlrap_ci(preds, target, **options)
         _, class_low, class_high = multilabel_lwlrap_ci(preds, target, average="none", **options)
         extra["ci"] = {
@@ -125,41 +114,77 @@ def score_files(
             "lwlrap": [float(low), float(high)],
             "per_class": {
                 name: None if math.isnan(lo) else [lo, hi]
-                for name, lo, hi in zip(pred.classes, class_low.tolist(), class_high.tolist())
+                for name, lo, hi in zip(inputs.classes, class_low.tolist(), class_high.tolist())
             },
         }
+    extra["options"] = {
+        **input_options(ties, where, classes_path, unknown),
+        "bootstrap": num_bootstrap or None,
+        "level": level if num_bootstrap else None,
+        "seed": seed if num_bootstrap else None,
+    }
     return Score(
         lwlrap=float(lwlrap),
         lrap=float(lrap),
-        num_samples=len(kept_rows),
-        num_labels=int(counts.sum()),
-        classes=list(pred.classes),
+        num_samples=len(target_np),
+        num_labels=int(inputs.counts.sum()),
+        classes=inputs.classes,
         per_class=[float(value) for value in per_class.tolist()],
         weights=[float(value) for value in weights.tolist()],
-        counts=[int(value) for value in counts.tolist()],
-        truth_layout=truth.layout,
+        counts=[int(value) for value in inputs.counts.tolist()],
+        truth_layout=inputs.truth.layout,
         extra=extra,
-        metadata_columns=list(truth.metadata),
+        metadata_columns=list(inputs.truth.metadata),
         where=list(where),
-        truth_rows=len(all_truth.fnames),
-        ignored_pred_rows=len(pred.fnames) - len(kept_rows),
+        truth_rows=inputs.truth_rows,
+        ignored_pred_rows=inputs.ignored_pred_rows[0],
         vocabulary=classes_path,
+        num_unknown=inputs.num_unknown,
     )
 
 
-#: The advice printed under a tie report.
-TIE_ADVICE = (
-    "advice       saturated probabilities tie (float32 sigmoid is exactly 1.0 from about 17): score the logits; "
-    "--ties expected gives the mean over tie orders"
-)
+#: Scores with at most this many decimals count as rounded.
+_MAX_ROUNDED_DECIMALS = 6
+
+
+def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
+    """What the tied scores show: how many tied positive labels are scored exactly 0 or 1 while every score is a
+    probability (saturated), and the fewest decimals every score is written with (rounded), None beyond 6.
+
+    Unknown labels (:data:`UNKNOWN_TARGET`) are not ranked, so they tie nothing.
+
+    Example:
+        >>> causes = tie_causes(np.array([[1.0, 1.0, 0.25], [0.5, 0.5, 0.75]]), np.array([[1, 0, 0], [0, 1, 0]]))
+        >>> causes["saturated_tied_label_count"], causes["score_decimals"]
+        (1, 2)
+    """
+    ranked = np.where(target == UNKNOWN_TARGET, np.nan, scores)  # NaN ties no score
+    order = np.argsort(ranked, axis=1, kind="stable")
+    ordered = np.take_along_axis(ranked, order, axis=1)
+    equal = ordered[:, 1:] == ordered[:, :-1]
+    tied_in_order = np.zeros(ordered.shape, dtype=bool)
+    tied_in_order[:, 1:] |= equal
+    tied_in_order[:, :-1] |= equal
+    tied = np.empty_like(tied_in_order)
+    np.put_along_axis(tied, order, tied_in_order, axis=1)
+    tied_positive = tied & (target == 1)
+    values = ranked[~np.isnan(ranked)]
+    probabilities = values.size > 0 and values.min() >= 0.0 and values.max() <= 1.0
+    saturated = int((tied_positive & ((scores == 0.0) | (scores == 1.0))).sum()) if probabilities else 0
+    finite = values[np.isfinite(values)]
+    decimals = next(
+        (d for d in range(_MAX_ROUNDED_DECIMALS + 1) if np.array_equal(np.round(finite, d), finite)), None
+    )
+    return {"saturated_tied_label_count": saturated, "score_decimals": decimals}
 
 
 def tie_section(score: Score) -> list:
-    """The report's tie block: printed whenever a positive label's score ties another label's."""
+    """The report's tie block: printed whenever a positive label's score ties another label's; says what the tied
+    scores show and advises only what the run did not already do."""
     report = score.extra.get("ties")
     if not report:
         return []
-    return [
+    lines = [
         summary_line(
             "ties",
             f"{report['tied_label_count']} of {report['label_count']} positive labels "
@@ -170,8 +195,31 @@ def tie_section(score: Score) -> list:
             f"max {report['lwlrap_max']:.6f}, expected {report['lwlrap_expected']:.6f}, "
             f"{report['lwlrap_worst']:.6f} to {report['lwlrap_best']:.6f} over tie orders",
         ),
-        TIE_ADVICE,
     ]
+    advice = []
+    decimals = report.get("score_decimals")
+    saturated = report.get("saturated_tied_label_count", 0)
+    if decimals is not None:
+        places = "1 decimal" if decimals == 1 else f"{decimals} decimals"
+        rounded = "whole numbers" if decimals == 0 else f"rounded: none has more than {places}"
+        lines.append(summary_line("cause", f"the scores are {rounded}, so nearby scores collide"))
+        advice.append("write the scores with every digit (pandas' to_csv does unless given float_format=)")
+    if saturated and 2 * saturated >= report["tied_label_count"]:
+        lines.append(
+            summary_line(
+                "cause",
+                f"{saturated} of the {report['tied_label_count']} tied positive labels are scored exactly 0 or 1: "
+                f"saturated probabilities (float32 sigmoid is exactly 1.0 from a logit of about 17)",
+            )
+        )
+        advice.append("score the logits")
+    if not advice:
+        lines.append(summary_line("cause", "equal scores within a row (neither rounded nor saturated at 0 or 1)"))
+    if score.extra.get("options", {}).get("ties") != "expected":
+        advice.append("--ties expected gives the mean over tie orders")
+    if advice:
+        lines.append(summary_line("advice", "; ".join(advice)))
+    return lines
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
@@ -190,13 +238,14 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="TRUTH.csv",
         help="ground truth: 'fname,labels' with the positive class names of a row comma-joined in one quoted "
         'field (a.wav,"Bark,Dog"), or a wide 0/1 table \'fname,<class>,...\'. In the first layout the classes '
-        "are the prediction's columns; in the second every class must be a prediction column.",
+        "are the prediction's columns; in the second every class must be a prediction column. A .gz file is "
+        "read gzip-compressed; '-' reads standard input (at most one of the two files).",
     )
     parser.add_argument(
         "pred",
         metavar="PRED.csv",
         help="submission: 'fname,<class>,...' with one score per class (probabilities, logits or any real "
-        "number, ranked as given); extra classes without a positive are allowed.",
+        "number, ranked as given); extra classes without a positive are allowed. '-' and .gz as for TRUTH.csv.",
     )
     parser.add_argument(
         "--per-class", action="store_true", help="add a table of per-class lwlrap, weight and count, worst first"
@@ -208,7 +257,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "and nothing else",
     )
     parser.add_argument(
-        "--plot", metavar="OUT.png", help="write a per-class bar chart, worst first (needs matplotlib)"
+        "--plot",
+        metavar="OUT.png",
+        help="write a per-class bar chart, worst first, with each class's interval under --ci (needs matplotlib)",
     )
     parser.add_argument(
         "--ci",
@@ -222,31 +273,7 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0): same seed, same interval")
-    parser.add_argument(
-        "--ties",
-        choices=TIES,
-        default="max",
-        help="tied scores: 'max' shares the lowest rank (scikit-learn's rule, default); 'index' orders them by "
-        "the prediction file's column order, leftmost first; 'expected' is the exact mean over random orders of "
-        "tied scores (what sort-based code such as the challenge's gives on average)",
-    )
-    parser.add_argument(
-        "--where",
-        metavar="COLUMN=VALUE",
-        action="append",
-        type=_condition,
-        default=[],
-        help="score only the truth rows whose metadata column COLUMN holds VALUE (exactly), e.g. usage=Public for "
-        "a public-leaderboard submission; repeat it to require several; prediction rows of the other truth rows "
-        "are left out and counted in the report. Without it, every fname must be in both files",
-    )
-    parser.add_argument(
-        "--classes",
-        metavar="FILE",
-        dest="classes_path",
-        help="the class vocabulary: one class name a line, or the challenge's vocabulary CSV 'index,label[,mid]'; "
-        "then the prediction columns must be exactly these classes (in any order)",
-    )
+    add_input_options(parser)
     parser.add_argument(
         "--top",
         metavar="K",
@@ -256,13 +283,6 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     parser.set_defaults(run=run)
     return parser
-
-
-def _condition(text: str) -> Tuple[str, str]:
-    column, equals, value = text.partition("=")
-    if not equals or not column.strip():
-        raise argparse.ArgumentTypeError(f"expected COLUMN=VALUE, such as usage=Public, but got {text!r}")
-    return column.strip(), value.strip()
 
 
 def _top(text: str) -> int:
@@ -290,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
     num_bootstrap = 0 if args.ci is None else check_bootstrap_args(args.ci, args.level, "--ci")
     score = score_files(
         args.truth, args.pred, ties=args.ties, where=args.where, classes_path=args.classes_path,
-        num_bootstrap=num_bootstrap, level=args.level, seed=args.seed,
+        unknown=args.unknown, num_bootstrap=num_bootstrap, level=args.level, seed=args.seed,
     )
     if args.plot:
         write_plot(score, args.plot, top=args.top)
@@ -299,7 +319,8 @@ def run(args: argparse.Namespace) -> int:
         text = json.dumps(score.to_dict())
     else:
         text = format_report(
-            score, args.truth, args.pred, per_class=args.per_class, top=args.top, sections=[tie_section]
+            score, file_name(args.truth), file_name(args.pred), per_class=args.per_class, top=args.top,
+            sections=[tie_section],
         )
         if args.plot:
             text += f"\n\nper-class chart written to {args.plot}"

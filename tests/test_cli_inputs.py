@@ -1,0 +1,393 @@
+"""The command line as a user runs it, on files written by pandas: the options ``score`` and ``compare`` share
+(``--where``, ``--classes``, ``--ties``, ``--unknown``), ``--json``'s ``"options"``, the tie block's cause and
+advice, standard input, gzip files, other separators and swapped files, and ``score --plot --ci``.
+
+Every run is a subprocess (``python -m torch_lwlrap``); values are checked against scikit-learn, the naive loops of
+``tests/reference.py`` or :func:`torch_lwlrap.compare_lwlrap` on arrays the test builds itself.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import label_ranking_average_precision_score
+
+from tests.reference import naive_lwlrap
+from torch_lwlrap import compare_lwlrap
+
+pd = pytest.importorskip("pandas")
+
+REPO = Path(__file__).resolve().parents[1]
+CLASSES = ["Bark", "Fill_(with_liquid)", "Hi-hat", "Purr", "Zipper_(clothing)", "Yell"]
+
+
+def cli(*args, stdin=None, cwd=None):
+    """``python -m torch_lwlrap ARGS`` in a subprocess: (exit status, stdout, stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "torch_lwlrap", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        cwd=cwd or REPO,
+        timeout=300,
+    )
+    return done.returncode, done.stdout.decode("utf-8"), done.stderr.decode("utf-8")
+
+
+def cli_json(*args, stdin=None):
+    code, out, err = cli(*args, "--json", stdin=stdin)
+    assert (code, err) == (0, ""), err
+    return json.loads(out)
+
+
+def cli_error(*args, stdin=None):
+    """The one line on stderr of a run that must fail with status 2 and print nothing."""
+    code, out, err = cli(*args, stdin=stdin)
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.startswith("torch-lwlrap: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def sklearn_lwlrap(scores, target):
+    """Overall lwlrap: LRAP weighted by each row's positive count (scikit-learn's rule for ties, 'max')."""
+    return label_ranking_average_precision_score(target, scores, sample_weight=target.sum(axis=1))
+
+
+def arrays(seed, num_rows=50, decimals=1, scale=1.0):
+    rng = np.random.default_rng(seed)
+    scores = np.round(scale * rng.random((num_rows, len(CLASSES))), decimals)
+    target = (rng.random((num_rows, len(CLASSES))) < 0.35).astype(np.int64)
+    target[target.sum(axis=1) == 0, 0] = 1
+    fnames = [f"{rng.integers(16**8):08x}.wav" for _ in range(num_rows)]
+    return fnames, scores, target
+
+
+def submission(fnames, scores, classes=CLASSES):
+    frame = pd.DataFrame(scores, columns=classes)
+    frame.insert(0, "fname", fnames)
+    return frame
+
+
+def challenge_truth(fnames, target, **metadata):
+    labels = [",".join(CLASSES[j] for j in np.flatnonzero(row)) for row in target]
+    return pd.DataFrame({"fname": fnames, "labels": labels, **metadata})
+
+
+def wide_truth(fnames, target):
+    frame = pd.DataFrame(target, columns=CLASSES)
+    frame.insert(0, "fname", fnames)
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compare: the options of score
+
+
+@pytest.fixture
+def two_systems(tmp_path):
+    """The official test-label layout with usage, two public+private submissions written by pandas (B with its
+    rows and columns in another order), and the arrays they hold."""
+    fnames, scores_a, target = arrays(0, num_rows=60)
+    scores_b = np.round(np.clip(scores_a + 0.3 * target - 0.15 + 0.2 * np.random.default_rng(1).random(target.shape),
+                                0, 1), 1)
+    usage = np.where(np.arange(60) % 3 == 0, "Private", "Public")
+    challenge_truth(fnames, target, usage=usage, license="CC0").to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores_a).to_csv(tmp_path / "a.csv", index=False)
+    order, columns = np.random.default_rng(2).permutation(60), CLASSES[::-1]
+    submission([fnames[i] for i in order], scores_b[order][:, ::-1], columns).to_csv(tmp_path / "b.csv", index=False)
+    (tmp_path / "vocabulary.csv").write_text("".join(f"{j},{name},/m/{j}\n" for j, name in enumerate(CLASSES)))
+    return tmp_path, scores_a, scores_b, target, usage == "Public"
+
+
+@pytest.mark.parametrize("ties", ["max", "expected"])
+def test_compare_takes_where_classes_and_ties_expected(two_systems, ties):
+    folder, scores_a, scores_b, target, public = two_systems
+    result = cli_json("compare", folder / "truth.csv", folder / "a.csv", folder / "b.csv", "--where", "usage=Public",
+                      "--classes", folder / "vocabulary.csv", "--ties", ties, "--bootstrap", "200", "--seed", "3")
+    a, b, t = scores_a[public], scores_b[public], target[public]
+    assert result["num_samples"] == int(public.sum()) and result["num_labels"] == int(t.sum())
+    assert result["lwlrap_a"] == pytest.approx(naive_lwlrap(a, t, ties), abs=1e-12)
+    assert result["lwlrap_b"] == pytest.approx(naive_lwlrap(b, t, ties), abs=1e-12)
+    if ties == "max":
+        assert result["lwlrap_a"] == pytest.approx(sklearn_lwlrap(a, t), abs=1e-12)
+    expected = compare_lwlrap(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(t), ties=ties,
+                              num_bootstrap=200, seed=3)
+    assert result["difference"] == pytest.approx(float(expected.difference), abs=1e-12)
+    assert result["interval"] == pytest.approx([float(expected.low), float(expected.high)], abs=1e-12)
+    assert result["selection"] == {"where": {"usage": "Public"}, "truth_rows": 60, "selected_rows": int(public.sum()),
+                                   "ignored_prediction_rows": {"a": int((~public).sum()), "b": int((~public).sum())}}
+    assert result["options"] == {"ties": ties, "where": {"usage": "Public"}, "classes": str(folder / "vocabulary.csv"),
+                                 "unknown": None, "bootstrap": 200, "level": 0.95, "seed": 3}
+
+
+def test_compare_checks_the_options_as_score_does(two_systems):
+    folder = two_systems[0]
+    files = [folder / "truth.csv", folder / "a.csv"]
+    (folder / "short_vocabulary.txt").write_text("\n".join(CLASSES[:-1]) + "\n")
+    for option in (["--where", "usage=Secret"], ["--where", "split=test"], ["--classes", folder / "short_vocabulary.txt"]):
+        error = cli_error("score", *files, *option)
+        assert cli_error("compare", *files, folder / "b.csv", *option) == error
+    assert "--where usage=Secret selects no row" in cli_error("compare", *files, folder / "b.csv", "--where", "usage=Secret")
+
+
+def test_compare_report_names_the_files_and_says_replicates(two_systems):
+    folder = two_systems[0]
+    code, out, err = cli("compare", folder / "truth.csv", folder / "a.csv", folder / "b.csv", "--bootstrap", "150",
+                         "--where", "usage=Public", "--ties", "expected")
+    assert (code, err) == (0, "")
+    assert "paired bootstrap over the evaluation rows: 150 replicates, seed 0" in out
+    assert "B=" not in out  # B is system B, never the number of replicates
+    assert f"A            {folder / 'a.csv'} (20 rows outside the selection ignored)" in out
+    assert "ties         --ties expected" in out
+    _, usage, _ = cli("compare", "--help")
+    assert "--bootstrap N" in usage and "--bootstrap B" not in usage
+
+
+def test_compare_plot_title_names_both_files(two_systems, monkeypatch, capsys):
+    """The chart's title says which file is A and which B (read from the figure as saved)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from torch_lwlrap.cli import main
+
+    folder = two_systems[0]
+    titles = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: titles.append(fig.axes[0].get_title()))
+    code = main(["compare", str(folder / "truth.csv"), str(folder / "a.csv"), str(folder / "b.csv"), "--bootstrap",
+                 "100", "--plot", str(folder / "d.png")])
+    assert code == 0, capsys.readouterr().err
+    assert titles and titles[0].splitlines()[0] == "A = a.csv, B = b.csv"
+
+
+def test_compare_ties_index_needs_one_column_order(two_systems):
+    folder = two_systems[0]
+    error = cli_error("compare", folder / "truth.csv", folder / "a.csv", folder / "b.csv", "--ties", "index")
+    assert "--ties index" in error and "different orders" in error
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --json "options"
+
+
+def test_score_json_options_say_which_rule_gave_the_number(tmp_path):
+    fnames, scores, target = arrays(3)
+    usage = np.where(np.arange(50) % 2 == 0, "Public", "Private")
+    challenge_truth(fnames, target, usage=usage).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    plain = cli_json("score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert plain["options"] == {"ties": "max", "where": None, "classes": None, "unknown": None, "bootstrap": None,
+                                "level": None, "seed": None}
+    assert plain["lwlrap"] == pytest.approx(sklearn_lwlrap(scores, target), abs=1e-12)
+    chosen = cli_json("score", tmp_path / "truth.csv", tmp_path / "pred.csv", "--ties", "expected", "--where",
+                      "usage=Public", "--ci", "50", "--seed", "5", "--level", "0.9")
+    assert chosen["options"] == {"ties": "expected", "where": {"usage": "Public"}, "classes": None, "unknown": None,
+                                 "bootstrap": 50, "level": 0.9, "seed": 5}
+    public = usage == "Public"
+    assert chosen["lwlrap"] == pytest.approx(naive_lwlrap(scores[public], target[public], "expected"), abs=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The tie block says what the data shows
+
+
+def test_tie_block_on_rounded_logits_blames_rounding_not_saturation(tmp_path):
+    fnames, _, target = arrays(4)
+    logits = np.round(np.random.default_rng(4).standard_normal(target.shape) * 3, 1)  # 1 decimal: many ties
+    wide_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, logits).to_csv(tmp_path / "logits.csv", index=False, float_format="%.1f")
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "logits.csv")
+    assert (code, err) == (0, "")
+    assert "cause        the scores are rounded: none has more than 1 decimal" in out
+    assert "saturated" not in out and "score the logits" not in out
+    assert "advice       write the scores with every digit" in out and "--ties expected gives the mean" in out
+    code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "logits.csv", "--ties", "expected")
+    assert "ties         " in out and "--ties expected" not in out  # not advised when it was passed
+
+
+def test_tie_block_on_saturated_probabilities_advises_the_logits(tmp_path):
+    fnames, _, target = arrays(5)
+    logits = np.random.default_rng(5).standard_normal(target.shape) * 12 + 12 * target
+    probabilities = torch.sigmoid(torch.from_numpy(logits).float()).double().numpy()  # float32 saturates at 1.0
+    wide_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, probabilities).to_csv(tmp_path / "probabilities.csv", index=False)
+    result = cli_json("score", tmp_path / "truth.csv", tmp_path / "probabilities.csv", "--ties", "expected")
+    ties = result["ties"]
+    tied_at_one = sum(
+        1 for p, t in zip(probabilities, target) for j in range(len(CLASSES))
+        if t[j] and p[j] == 1.0 and (p == 1.0).sum() > 1
+    )
+    assert ties["saturated_tied_label_count"] == tied_at_one > 0 and ties["score_decimals"] is None
+    code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "probabilities.csv", "--ties", "expected")
+    assert f"cause        {tied_at_one} of the {ties['tied_label_count']} tied positive labels" in out
+    assert "advice       score the logits\n" in out and "rounded" not in out
+    assert result["lwlrap"] == pytest.approx(naive_lwlrap(probabilities, target, "expected"), abs=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Standard input, gzip, separators, swapped files
+
+
+def test_submission_and_truth_from_standard_input(tmp_path):
+    fnames, scores, target = arrays(6)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    piped = submission(fnames, scores).to_csv(index=False).encode("utf-8")
+    want = sklearn_lwlrap(scores, target)
+    assert cli_json("score", tmp_path / "truth.csv", "-", stdin=piped)["lwlrap"] == pytest.approx(want, abs=1e-12)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    truth_piped = challenge_truth(fnames, target).to_csv(index=False).encode("utf-8")
+    assert cli_json("score", "-", tmp_path / "pred.csv", stdin=truth_piped)["lwlrap"] == pytest.approx(want, abs=1e-12)
+    code, out, err = cli("score", tmp_path / "truth.csv", "-", stdin=piped)
+    assert code == 0 and "predictions  <stdin>" in out
+    error = cli_error("score", "-", "-", stdin=piped)
+    assert "both '-'" in error and "at most one" in error
+    error = cli_error("score", tmp_path / "truth.csv", "-", stdin=b"fname,Bark\n")
+    assert "prediction file '<stdin>' has a header but no rows" in error
+
+
+def test_gzip_files_as_pandas_writes_them(tmp_path):
+    fnames, scores, target = arrays(7)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv.gz", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv.gz", index=False)
+    assert gzip.open(tmp_path / "pred.csv.gz").read(6) == b"fname,"  # pandas did compress it
+    want = sklearn_lwlrap(scores, target)
+    result = cli_json("score", tmp_path / "truth.csv.gz", tmp_path / "pred.csv.gz")
+    assert result["lwlrap"] == pytest.approx(want, abs=1e-12)
+    (tmp_path / "pred_gzip_without_suffix.csv").write_bytes((tmp_path / "pred.csv.gz").read_bytes())
+    result = cli_json("score", tmp_path / "truth.csv.gz", tmp_path / "pred_gzip_without_suffix.csv")
+    assert result["lwlrap"] == pytest.approx(want, abs=1e-12)
+    piped = (tmp_path / "pred.csv.gz").read_bytes()
+    assert cli_json("score", tmp_path / "truth.csv.gz", "-", stdin=piped)["lwlrap"] == pytest.approx(want, abs=1e-12)
+    (tmp_path / "cut.csv.gz").write_bytes(piped[: len(piped) // 2])
+    error = cli_error("score", tmp_path / "truth.csv.gz", tmp_path / "cut.csv.gz")
+    assert "cut.csv.gz" in error and "not a complete gzip file" in error
+
+
+def test_semicolon_file_names_its_separator(tmp_path):
+    fnames, scores, target = arrays(8)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False, sep=";", decimal=",")
+    error = cli_error("score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert "prediction file" in error and "looks separated by ';'" in error and "comma-separated" in error
+    wide_truth(fnames, target).to_csv(tmp_path / "wide.csv", index=False, sep="\t")
+    error = cli_error("score", tmp_path / "wide.csv", tmp_path / "pred.csv")
+    assert "truth file" in error and "looks separated by tabs" in error
+
+
+def test_swapped_files_get_a_hint(tmp_path):
+    fnames, scores, target = arrays(9)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    wide_truth(fnames, target).to_csv(tmp_path / "wide.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    for truth in ("truth.csv", "wide.csv"):
+        error = cli_error("score", tmp_path / "pred.csv", tmp_path / truth)
+        assert "look swapped" in error and "the truth file comes first" in error
+    error = cli_error("compare", tmp_path / "pred.csv", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert "look swapped" in error and "compare TRUTH.csv A.csv B.csv" in error
+    # A bad truth file next to a real submission is not called swapped.
+    (tmp_path / "bad_truth.csv").write_text("fname,Bark\na.wav,0.5\n")
+    assert "look swapped" not in cli_error("score", tmp_path / "bad_truth.csv", tmp_path / "pred.csv")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --unknown: unknown labels of a wide truth table
+
+
+def naive_lwlrap_dropping(scores, target, unknown):
+    """lwlrap from its definition with the unknown entries dropped from their rows: for each positive label, the
+    share of positives among the kept labels scored at least as high; the mean over all positive labels."""
+    precisions = []
+    for row_scores, row_target, row_unknown in zip(scores, target, unknown):
+        kept = ~row_unknown
+        for j in np.flatnonzero((row_target == 1) & kept):
+            above = kept & (row_scores >= row_scores[j])
+            precisions.append((above & (row_target == 1)).sum() / above.sum())
+    return float(np.mean(precisions))
+
+
+def test_unknown_labels_are_neither_positive_nor_ranked(tmp_path):
+    fnames, scores, target = arrays(10, num_rows=80, decimals=2)
+    rng = np.random.default_rng(10)
+    unknown = rng.random(target.shape) < 0.15
+    marked = np.where(unknown, -1, target)
+    marked[~(marked == 1).any(axis=1), 0] = 1  # every row keeps a positive
+    unknown = marked == -1
+    wide_truth(fnames, marked).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    positive = (marked == 1).astype(np.int64)
+    want = naive_lwlrap_dropping(scores, positive, unknown)
+    # scikit-learn, with each unknown label a negative scored below every score: it outranks no positive.
+    lowered = np.where(unknown, scores.min() - 1.0, scores)
+    assert sklearn_lwlrap(lowered, positive) == pytest.approx(want, abs=1e-12)
+    assert want != pytest.approx(sklearn_lwlrap(scores, positive), abs=1e-6)  # the marks do change the score
+    result = cli_json("score", tmp_path / "truth.csv", tmp_path / "pred.csv", "--unknown", "-1")
+    assert result["lwlrap"] == pytest.approx(want, abs=1e-12)
+    assert (result["num_labels"], result["num_unknown"]) == (int(positive.sum()), int(unknown.sum()))
+    assert result["options"]["unknown"] == "-1"
+    code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "pred.csv", "--unknown", "-1")
+    assert f"labels       {int(positive.sum())} positive, {int(unknown.sum())} unknown" in out
+    compared = cli_json("compare", tmp_path / "truth.csv", tmp_path / "pred.csv", tmp_path / "pred.csv",
+                        "--unknown", "-1", "--bootstrap", "50")
+    assert compared["lwlrap_a"] == pytest.approx(want, abs=1e-12) and compared["num_unknown"] == int(unknown.sum())
+    # A value written as pandas writes floats (-1.0) is the same mark.
+    wide_truth(fnames, marked.astype(float)).to_csv(tmp_path / "truth_float.csv", index=False)
+    again = cli_json("score", tmp_path / "truth_float.csv", tmp_path / "pred.csv", "--unknown", "-1")
+    assert again["lwlrap"] == pytest.approx(want, abs=1e-12)
+
+
+def test_unknown_option_errors(tmp_path):
+    fnames, scores, target = arrays(11)
+    marked = target.copy()
+    marked[3, 2] = -1
+    wide_truth(fnames, marked).to_csv(tmp_path / "truth.csv", index=False)
+    challenge_truth(fnames, target).to_csv(tmp_path / "challenge.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    files = [tmp_path / "truth.csv", tmp_path / "pred.csv"]
+    for command in (["score", *files], ["compare", *files, tmp_path / "pred.csv"]):
+        error = cli_error(*command)
+        assert "column 'Hi-hat': the value '-1' is not 0 or 1" in error and "--unknown -1" in error
+        for value in ("0", "1", "1.0"):
+            assert "--unknown takes the other value" in cli_error(*command, "--unknown", value)
+        assert "or the --unknown value '-2'" in cli_error(*command, "--unknown", "-2")
+    error = cli_error("score", tmp_path / "challenge.csv", tmp_path / "pred.csv", "--unknown", "-1")
+    assert "challenge layout" in error and "--unknown" in error
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# score --plot --ci
+
+
+def test_score_plot_with_ci_draws_each_class_interval(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+
+    from torch_lwlrap.cli import main
+
+    fnames, scores, target = arrays(12)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    files = [tmp_path / "truth.csv", tmp_path / "pred.csv"]
+    # As a user runs it: the chart with intervals is another picture than the one without.
+    assert cli("score", *files, "--plot", tmp_path / "plain.png")[0] == 0
+    assert cli("score", *files, "--ci", "100", "--plot", tmp_path / "ci.png")[0] == 0
+    assert (tmp_path / "ci.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "ci.png").read_bytes() != (tmp_path / "plain.png").read_bytes()
+    # In the figure: one horizontal segment per class, from its interval's low to high bound, on its bar.
+    ci = cli_json("score", *files, "--ci", "100")["ci"]["per_class"]
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: drawn.append(fig.axes[0]))
+    assert main(["score", *map(str, files), "--ci", "100", "--plot", str(tmp_path / "x.png")]) == 0
+    capsys.readouterr()
+    ax = drawn[0]
+    names = [label.get_text() for label in ax.get_yticklabels()]
+    segments = [seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+    bars = {tuple(np.round(seg[:, 0], 9)): seg[0, 1] for seg in segments if seg[0, 1] == seg[1, 1]}
+    for name in CLASSES:
+        low, high = ci[name]
+        assert bars[(round(low, 9), round(high, 9))] == names.index(name), name
