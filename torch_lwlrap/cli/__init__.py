@@ -16,10 +16,13 @@ or a wide 0/1 table with header ``fname,<class>,...``.
 :func:`torch_lwlrap.multilabel_lrap`.
 
 A bad file ends the program with exit status 2 and one line on stderr naming the file, the line, the ``fname``
-and/or the column at fault.
+and/or the column at fault; so do bad arguments (a seed outside ``[0, 2**63)``, more bootstrap replicates than the
+memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails
+(:mod:`torch_lwlrap.cli._environment`).
 
 The package, by audience: ``_files`` reads and checks the CSV files, ``_report`` formats the report, the JSON and
-the plot, and each subcommand is a module (``score``) registered in :data:`SUBCOMMANDS`.
+the plot, ``_environment`` checks and reports on the machine around a run, and each subcommand is a module
+(``score``) registered in :data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ from typing import Optional, Sequence
 from torch_lwlrap.cli import compare as _compare
 from torch_lwlrap.cli import doctor as _doctor
 from torch_lwlrap.cli import score as _score
+from torch_lwlrap.cli._environment import (
+    check_engine_variable,
+    is_out_of_memory,
+    out_of_memory_message,
+)
 from torch_lwlrap.cli._files import CommandError, CsvFormatError, Predictions, Truth, read_predictions, read_truth
 from torch_lwlrap.cli._report import Score, format_report
 from torch_lwlrap.cli.score import score_files
@@ -114,6 +122,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exit_:  # --help, --version and usage errors
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     try:
+        check_engine_variable()
         return args.run(args)
     except CommandError as err:
         return _error(str(err))
+    except (MemoryError, RuntimeError) as err:
+        if not is_out_of_memory(err):
+            raise
+        return _error(out_of_memory_message(err, args))
