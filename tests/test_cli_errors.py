@@ -1,6 +1,7 @@
 """The command line as a user meets it, run as a subprocess: arguments and settings that used to end in a traceback
 (a seed out of range, more bootstrap replicates than memory holds, an allocation that fails, an unknown engine in
-``TORCH_LWLRAP_ENGINE``) end with one line on stderr and exit status 2.
+``TORCH_LWLRAP_ENGINE``) end with one line on stderr and exit status 2; the first run in an environment says that it
+compiles the CPU kernels, a later one does not; ``doctor`` prints its lines as it measures them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from torch_lwlrap.cli._environment import COMPILE_NOTICE
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "data"
@@ -97,3 +100,20 @@ def test_an_allocation_that_fails_exits_2_with_one_line():
         pytest.skip("needs 4 GiB available, so that the memory check lets the run through")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
     check_one_line_error(done, ["out of memory", "could not allocate", "--ci 2000000"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The first run in an environment
+
+
+@pytest.mark.slow
+def test_the_compile_notice_appears_once_with_an_empty_cache_and_not_with_a_warm_one(tmp_path):
+    pytest.importorskip("numba")
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    cold = run_cli("score", TRUTH, PRED, "--json", env=env)
+    assert cold.returncode == 0, cold.stderr
+    assert cold.stderr.splitlines() == [COMPILE_NOTICE]
+    assert json.loads(cold.stdout)["num_samples"] == 300  # stdout is the JSON object alone
+    warm = run_cli("score", TRUTH, PRED, "--json", env=env)
+    assert (warm.returncode, warm.stderr) == (0, "")
+    assert json.loads(warm.stdout) == json.loads(cold.stdout)

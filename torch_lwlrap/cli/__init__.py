@@ -17,8 +17,8 @@ or a wide 0/1 table with header ``fname,<class>,...``.
 
 A bad file ends the program with exit status 2 and one line on stderr naming the file, the line, the ``fname``
 and/or the column at fault; so do bad arguments (a seed outside ``[0, 2**63)``, more bootstrap replicates than the
-memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails
-(:mod:`torch_lwlrap.cli._environment`).
+memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails. The first run in an
+environment says on stderr that it compiles the CPU kernels (:mod:`torch_lwlrap.cli._environment`).
 
 The package, by audience: ``_files`` reads and checks the CSV files, ``_report`` formats the report, the JSON and
 the plot, ``_environment`` checks and reports on the machine around a run, and each subcommand is a module
@@ -36,6 +36,7 @@ from torch_lwlrap.cli import doctor as _doctor
 from torch_lwlrap.cli import score as _score
 from torch_lwlrap.cli._environment import (
     check_engine_variable,
+    compile_notice,
     is_out_of_memory,
     out_of_memory_message,
 )
@@ -123,7 +124,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     try:
         check_engine_variable()
-        return args.run(args)
+        with compile_notice():
+            return args.run(args)
     except CommandError as err:
         return _error(str(err))
     except (MemoryError, RuntimeError) as err:

@@ -1,26 +1,37 @@
-"""What the command line checks about the machine it runs on, around a subcommand's run: the engine variable, the
-memory a bootstrap needs and an allocation that fails.
+"""What the command line checks and says about the machine it runs on, around a subcommand's run: the engine
+variable, the first-call compile of the CPU kernels, the memory a bootstrap needs and an allocation that fails.
 
-Nothing here imports torch or numba before a subcommand needs them: ``--help`` and a bad file stay quick.
+Nothing here imports torch before a subcommand needs it: ``--help`` and a bad file stay quick. The compile notice
+imports numba's event module (numba, not torch) when a subcommand starts, as the library would when it scores.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
-from typing import Optional
+import sys
+from typing import Iterator, Optional, TextIO
 
 from torch_lwlrap.cli._files import CommandError
 
 __all__ = [
+    "COMPILE_NOTICE",
     "available_memory",
     "bootstrap_bytes",
     "check_engine_variable",
+    "compile_notice",
     "format_bytes",
     "is_out_of_memory",
     "out_of_memory_message",
 ]
+
+#: Printed on stderr, once, when numba starts compiling a kernel (an empty or stale cache); never on a warm cache.
+COMPILE_NOTICE = (
+    "torch-lwlrap: compiling the CPU kernels for this environment (about 10 s per score dtype on 2 cores, once: "
+    "numba caches them on disk for later runs)..."
+)
 
 #: Bytes per bootstrap replicate and class: the ``(B, C)`` float64 sums and int64 counts of each system scored,
 #: and the ``(B, C)`` float64 temporaries of the intervals (the replicate scores, quantile's sorted copy and its
@@ -40,6 +51,34 @@ def check_engine_variable() -> None:
         get_engine()
     except ValueError as err:
         raise CommandError(str(err)) from None
+
+
+@contextlib.contextmanager
+def compile_notice(stream: Optional[TextIO] = None) -> Iterator[None]:
+    """Say once on ``stream`` (stderr) that the CPU kernels are being compiled, while inside the block.
+
+    numba broadcasts a ``"numba:compile"`` event only when it compiles (not when it loads a kernel from its disk
+    cache), so a warm cache prints nothing. Without numba this does nothing.
+    """
+    try:
+        from numba.core import event
+    except ImportError:
+        yield
+        return
+
+    class Notice(event.Listener):
+        said = False
+
+        def on_start(self, event_: object) -> None:
+            if not self.said:
+                self.said = True
+                print(COMPILE_NOTICE, file=sys.stderr if stream is None else stream, flush=True)
+
+        def on_end(self, event_: object) -> None:
+            pass
+
+    with event.install_listener("numba:compile", Notice()):
+        yield
 
 
 def bootstrap_bytes(num_bootstrap: int, num_classes: int, systems: int = 1) -> int:
