@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,27 @@ def test_the_compile_notice_appears_once_with_an_empty_cache_and_not_with_a_warm
     warm = run_cli("score", TRUTH, PRED, "--json", env=env)
     assert (warm.returncode, warm.stderr) == (0, "")
     assert json.loads(warm.stdout) == json.loads(cold.stdout)
+
+
+@pytest.mark.slow
+def test_doctor_prints_each_line_as_it_is_measured():
+    process = subprocess.Popen([sys.executable, "-m", "torch_lwlrap", "doctor"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    try:
+        lines, arrivals = [], []
+        while not lines or not lines[-1].startswith("cpu "):
+            line = process.stdout.readline()
+            assert line, f"doctor ended before its first check line: {lines}"
+            lines.append(line)
+            arrivals.append(time.monotonic())
+        assert lines[0] == "torch-lwlrap doctor\n"
+        assert any(line.startswith("torch ") for line in lines)
+        assert lines[-1].split()[:2] == ["cpu", "float16"]
+        # The versions came out before the first check was measured (seconds of agreement cases and timings),
+        # and the other dtypes and the summary are still to come.
+        assert arrivals[-1] - arrivals[0] > 0.5
+        assert process.poll() is None
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
