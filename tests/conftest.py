@@ -5,12 +5,14 @@
   cannot run on the test's ``device`` is skipped.
 * ``device``: "cpu", plus "cuda" when a CUDA device is present.
 * ``fake_triton``: the Triton path's host code on ``meta`` tensors, with the kernel launches recorded.
+* autouse: in-process runs of the command line print no compile notice (subprocess tests see it).
 * hypothesis profiles: ``ci`` (the default: modest example counts, no deadline), ``dev`` (quick) and ``thorough``
   (many examples); pick one with the environment variable ``HYPOTHESIS_PROFILE``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -21,6 +23,16 @@ from torch_lwlrap._ranking import ENGINES as _ENGINE_NAMES
 from torch_lwlrap._ranking import use_engine
 
 CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_notice(monkeypatch):
+    """In-process runs of the command line (``cli.main([...])``) check that stderr stays empty; the first compile of
+    a kernel in the test process (an empty numba cache) must not change that. Tests that run the command line as a
+    subprocess see the notice (``tests/test_cli_errors.py``)."""
+    from torch_lwlrap import cli
+
+    monkeypatch.setattr(cli, "compile_notice", contextlib.nullcontext)
 
 #: Devices every device-parametrized test runs on.
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])

@@ -310,9 +310,21 @@ def check_device_dtype(device: torch.device, dtype: torch.dtype, timing: bool = 
     return record
 
 
-def run_checks(timing: bool = True) -> Dict[str, Any]:
-    checks = [check_device_dtype(device, dtype, timing) for device in devices() for dtype in DTYPES]
-    return {"versions": versions(), "checks": checks, "ok": all(check["agrees"] for check in checks)}
+def run_checks(
+    timing: bool = True,
+    on_check: Optional[Callable[[Dict[str, Any]], None]] = None,
+    info: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Every check, device by device and dtype by dtype; ``on_check`` is called with each as soon as it is done.
+    ``info``: the :func:`versions` when they are already known."""
+    info = versions() if info is None else info
+    checks = []
+    for device in devices():
+        for dtype in DTYPES:
+            checks.append(check_device_dtype(device, dtype, timing))
+            if on_check is not None:
+                on_check(checks[-1])
+    return {"versions": info, "checks": checks, "ok": all(check["agrees"] for check in checks)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -336,9 +348,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
     return ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
 
 
-def format_report(report: Dict[str, Any]) -> str:
-    info = report["versions"]
-    lines = ["torch-lwlrap doctor", ""]
+def _version_lines(info: Dict[str, Any]) -> List[str]:
     absent = {"cuda": "none (a CPU build of torch)", "driver": "none (no CUDA GPU)"}
     rows = [
         [name, absent.get(name, "not installed") if value is None else str(value)]
@@ -346,23 +356,35 @@ def format_report(report: Dict[str, Any]) -> str:
         if name != "gpus"
     ]
     rows += [[gpu["device"], f"{gpu['name']} (compute capability {gpu['capability']})"] for gpu in info["gpus"]]
-    lines += _table(["component", "version"], rows)
-    lines.append("")
-    rows = []
-    for check in report["checks"]:
-        n, c = check["size"]
-        rows.append([
-            check["device"], check["dtype"], check["auto path"],
-            f"yes ({check['cases']})" if check["agrees"] else "NO",
-            _seconds(check.get("first call s")), f"{n:,} x {c}", _seconds(check.get("steady s")),
-            _rate(check.get("rows/s")), _seconds(check.get("read floor s")),
-            f"{check['x floor']:.1f}" if "x floor" in check else "-",
-        ])
-    lines += _table(
-        ["device", "dtype", "auto path", "agrees (cases)", "first call", "size", "steady", "rows/s", "read floor",
-         "x floor"],
-        rows,
-    )
+    return ["torch-lwlrap doctor", ""] + _table(["component", "version"], rows) + [""]
+
+
+#: The columns of the checks table and their widths, fixed so that each row can be printed as soon as it is
+#: measured (a longer cell pushes the rest of its row to the right).
+_CHECK_COLUMNS = (("device", 6), ("dtype", 8), ("auto path", 9), ("agrees (cases)", 14), ("first call", 10),
+                  ("size", 15), ("steady", 8), ("rows/s", 7), ("read floor", 10), ("x floor", 7))
+
+
+def _check_line(cells: Sequence[str]) -> str:
+    return "  ".join(str(cell).ljust(width) for cell, (_, width) in zip(cells, _CHECK_COLUMNS)).rstrip()
+
+
+def _check_row(check: Dict[str, Any]) -> str:
+    n, c = check["size"]
+    return _check_line([
+        check["device"], check["dtype"], check["auto path"],
+        f"yes ({check['cases']})" if check["agrees"] else "NO",
+        _seconds(check.get("first call s")), f"{n:,} x {c}", _seconds(check.get("steady s")),
+        _rate(check.get("rows/s")), _seconds(check.get("read floor s")),
+        f"{check['x floor']:.1f}" if "x floor" in check else "-",
+    ])
+
+
+_CHECK_HEADER = _check_line([name for name, _ in _CHECK_COLUMNS])
+
+
+def _closing_lines(report: Dict[str, Any]) -> List[str]:
+    lines = []
     rules = report["checks"][0]["ties"] if report["checks"] else []
     lines += ["", f"agreement: lwlrap per class, weighted lwlrap and LRAP against a naive reference (relative "
               f"{RTOL:g}) on tie-heavy batches, with and without ignore_index, ties {', '.join(rules)}"]
@@ -374,7 +396,14 @@ def format_report(report: Dict[str, Any]) -> str:
             lines.append(f"DISAGREEMENT on {check['device']} {check['dtype']}: {problem}")
     lines.append("")
     lines.append("all values agree" if report["ok"] else "SOME VALUES DISAGREE: please paste this output into an issue")
-    return "\n".join(lines)
+    return lines
+
+
+def format_report(report: Dict[str, Any]) -> str:
+    """The report as :func:`run` prints it, a line at a time."""
+    lines = _version_lines(report["versions"]) + [_CHECK_HEADER]
+    lines += [_check_row(check) for check in report["checks"]]
+    return "\n".join(lines + _closing_lines(report))
 
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
@@ -386,8 +415,15 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
 
 def run(json_output: bool = False, timing: bool = True) -> int:
     """Run every check, print the report; returns the exit status (1 on any disagreement, else 0)."""
-    report = run_checks(timing=timing)
-    print(json.dumps(report) if json_output else format_report(report), flush=True)
+    if json_output:
+        report = run_checks(timing=timing)
+        print(json.dumps(report), flush=True)
+        return 0 if report["ok"] else 1
+    # Each line as soon as it is known: the first calls compile, and the checks take a while.
+    info = versions()
+    print("\n".join(_version_lines(info) + [_CHECK_HEADER]), flush=True)
+    report = run_checks(timing, lambda check: print(_check_row(check), flush=True), info)
+    print("\n".join(_closing_lines(report)), flush=True)
     return 0 if report["ok"] else 1
 
 

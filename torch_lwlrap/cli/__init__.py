@@ -18,11 +18,14 @@ Any file may be gzip-compressed (``.csv.gz``), and one of them may be ``-``, sta
 :func:`torch_lwlrap.multilabel_lrap`.
 
 A bad file ends the program with exit status 2 and one line on stderr naming the file, the line, the ``fname``
-and/or the column at fault.
+and/or the column at fault; so do bad arguments (a seed outside ``[0, 2**63)``, more bootstrap replicates than the
+memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails. The first run in an
+environment says on stderr that it compiles the CPU kernels (:mod:`torch_lwlrap.cli._environment`).
 
 The package, by audience: ``_files`` reads and checks the CSV files, ``_inputs`` holds the options that choose what
 is scored (shared by ``score`` and ``compare``) and reads the files under them, ``_report`` formats the report, the
-JSON and the plot, and each subcommand is a module (``score``) registered in :data:`SUBCOMMANDS`.
+JSON and the plot, ``_environment`` checks and reports on the machine around a run, and each subcommand is a module
+(``score``) registered in :data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ from typing import Optional, Sequence
 from torch_lwlrap.cli import compare as _compare
 from torch_lwlrap.cli import doctor as _doctor
 from torch_lwlrap.cli import score as _score
+from torch_lwlrap.cli._environment import (
+    check_engine_variable,
+    compile_notice,
+    is_out_of_memory,
+    out_of_memory_message,
+)
 from torch_lwlrap.cli._files import CommandError, CsvFormatError, Predictions, Truth, read_predictions, read_truth
 from torch_lwlrap.cli._report import Score, format_report
 from torch_lwlrap.cli.score import score_files
@@ -117,6 +126,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exit_:  # --help, --version and usage errors
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     try:
-        return args.run(args)
+        check_engine_variable()
+        with compile_notice():
+            return args.run(args)
     except CommandError as err:
         return _error(str(err))
+    except (MemoryError, RuntimeError) as err:
+        if not is_out_of_memory(err):
+            raise
+        return _error(out_of_memory_message(err, args))

@@ -7,6 +7,7 @@ summary), and puts JSON-able values under ``Score.extra``, which ``--json`` prin
 
 from __future__ import annotations
 
+import csv
 import functools
 import math
 import os
@@ -14,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from torch_lwlrap.cli._environment import available_memory, bootstrap_bytes, format_bytes
 from torch_lwlrap.cli._files import CommandError, CsvFormatError
 
 __all__ = [
@@ -212,13 +214,60 @@ def _bounds(bounds: Sequence[float]) -> str:
     return f"[{bounds[0]:.6f}, {bounds[1]:.6f}]"
 
 
-def check_bootstrap_args(num_bootstrap: int, level: float, option: str) -> int:
-    """``num_bootstrap``; CommandError unless it is at least 1 and ``0 < level < 1``."""
+#: The seeds the bootstrap accepts: ``[0, 2**63)`` (:func:`torch_lwlrap._bootstrap.check_seed`).
+SEED_LIMIT = 2**63
+
+
+def check_bootstrap_args(
+    num_bootstrap: int,
+    level: float,
+    option: str,
+    *,
+    seed: int = 0,
+    pred_path: Optional[str] = None,
+    systems: int = 1,
+) -> int:
+    """``num_bootstrap``; CommandError unless it is at least 1, ``0 < level < 1``, the seed is one the bootstrap
+    accepts and, when ``pred_path`` names a readable prediction file, its classes' replicates of ``systems``
+    submissions fit in the memory available (:func:`torch_lwlrap.cli._environment.bootstrap_bytes`).
+
+    Example:
+        >>> check_bootstrap_args(1000, 0.95, "--ci", seed=2**63 - 1)
+        1000
+        >>> try:
+        ...     check_bootstrap_args(1000, 0.95, "--ci", seed=-1)
+        ... except CommandError as err:
+        ...     print(err)
+        --seed takes a whole number from 0 to 2**63 - 1 (9223372036854775807), not -1.
+    """
     if num_bootstrap < 1:
         raise CommandError(f"{option} takes a number of bootstrap replicates >= 1 (e.g. 1000), not {num_bootstrap}.")
     if not 0 < level < 1:
         raise CommandError(f"--level must be strictly between 0 and 1 (0.95 for a 95% interval), not {level}.")
+    if not 0 <= seed < SEED_LIMIT:
+        raise CommandError(f"--seed takes a whole number from 0 to 2**63 - 1 ({SEED_LIMIT - 1}), not {seed}.")
+    num_classes = None if pred_path is None else _count_classes(pred_path)
+    if num_classes:
+        needed, available = bootstrap_bytes(num_bootstrap, num_classes, systems), available_memory()
+        if available is not None and needed > available:
+            systems_text = " x 2 submissions" if systems == 2 else ""
+            raise CommandError(
+                f"{option} {num_bootstrap} needs about {format_bytes(needed)} of memory for its bootstrap "
+                f"replicates ({num_bootstrap} replicates x {num_classes} classes{systems_text}), "
+                f"more than the {format_bytes(available)} available: use fewer replicates (1000 is usually enough)."
+            )
     return num_bootstrap
+
+
+def _count_classes(pred_path: str) -> Optional[int]:
+    """The number of score columns in the header of a prediction file; None if it cannot be read (the reader
+    reports that file later, with more detail)."""
+    try:
+        with open(pred_path, newline="", encoding="utf-8-sig") as handle:
+            header = next(csv.reader(handle), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return len(header) - 1 if header else None
 
 
 def format_report(

@@ -296,7 +296,7 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-lwlrap compare`` with the parsed arguments; raises :class:`CommandError` for the user to fix."""
-    check_bootstrap_args(args.bootstrap, args.level, "--bootstrap")
+    check_bootstrap_args(args.bootstrap, args.level, "--bootstrap", seed=args.seed, pred_path=args.a, systems=2)
     if args.plot:
         try:
             import matplotlib  # noqa: F401

@@ -307,7 +307,9 @@ def run(args: argparse.Namespace) -> int:
                 "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
             ) from None
 
-    num_bootstrap = 0 if args.ci is None else check_bootstrap_args(args.ci, args.level, "--ci")
+    num_bootstrap = 0 if args.ci is None else check_bootstrap_args(
+        args.ci, args.level, "--ci", seed=args.seed, pred_path=args.pred
+    )
     score = score_files(
         args.truth, args.pred, ties=args.ties, where=args.where, classes_path=args.classes_path,
         unknown=args.unknown, num_bootstrap=num_bootstrap, level=args.level, seed=args.seed,
