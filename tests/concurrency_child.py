@@ -87,7 +87,9 @@ def fork_main() -> None:
     print("threading layer:", numba.threading_layer(), flush=True)
     want = [_reference(seed) for seed in seeds]
     assert all(_close(got, ref) for got, ref in zip(parent, want)), (parent, want)
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    # torch's own OpenMP cannot enter a parallel region in a child forked after the parent used it (GNU OpenMP
+    # hangs): a fork pool's workers pin torch to one thread, as DataLoader workers do by themselves.
+    with multiprocessing.get_context("fork").Pool(2, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         children = pool.map(_score, seeds)
     assert children == parent, (children, parent)
     # A DataLoader whose forked workers score.
@@ -103,7 +105,7 @@ def fork_main() -> None:
 
 
 def threads_main() -> None:
-    _setup()
+    runtime = _setup()
     seeds = list(range(8))
     want = [_reference(seed) for seed in seeds]
     # Serial results: one thread at a time.
@@ -128,7 +130,7 @@ def threads_main() -> None:
     assert not errors, errors
     for name in range(4):
         assert results[name] == serial * 3, name
-    assert not _numba_runtime._parallel_lock.locked()
+    assert not runtime._parallel_lock.locked()
     print("OK", flush=True)
 
 

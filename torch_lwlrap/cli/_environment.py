@@ -42,10 +42,11 @@ _INTERVAL_BYTES = 32
 
 def check_engine_variable() -> None:
     """CommandError when ``TORCH_LWLRAP_ENGINE`` is set to a value that is not an engine (its message names the
-    variable, the value and the engines). torch is imported only when the variable is set."""
-    if os.environ.get("TORCH_LWLRAP_ENGINE") is None:
+    variable, the value and the engines). Pure Python: no torch is imported."""
+    from torch_lwlrap._engine_config import ENGINE_VARIABLE, get_engine
+
+    if os.environ.get(ENGINE_VARIABLE) is None:
         return
-    from torch_lwlrap._ranking import get_engine
 
     try:
         get_engine()
