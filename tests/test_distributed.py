@@ -249,12 +249,17 @@ def test_only_fixed_size_sums_are_synced(rank_results, name):
             else:
                 assert states["lrap_sum"] == ((), "torch.float64")
                 assert states["weight_sum"] == ((), "torch.float64")
+            # The options tag is a constant of the options (its size is that of the metric before any batch).
+            tag = tuple(make_metric(name).options_tag.shape)
+            assert states["options_tag"] == (tag, "torch.int64")
             for key, (shape, _) in states.items():
-                assert int(np.prod(shape)) <= NUM_LABELS, f"{key} synced with shape {shape}"
+                if key != "options_tag":
+                    assert int(np.prod(shape)) <= NUM_LABELS, f"{key} synced with shape {shape}"
             gathered = results["gathered"][scenario, name]
             assert gathered, "compute did not sync"
             assert len(gathered) <= 2 * len(states)  # one gather of sizes and one of values per state at most
-            assert all(int(np.prod(shape)) <= NUM_LABELS < largest_batch for shape in gathered), gathered
+            sums = [shape for shape in gathered if shape != tag]
+            assert len(sums) < len(gathered) and all(int(np.prod(shape)) <= NUM_LABELS < largest_batch for shape in sums)
 
 
 def test_no_unexpected_warning_in_the_ranks(rank_results):

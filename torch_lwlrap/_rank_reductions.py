@@ -208,9 +208,9 @@ def chunk_sums(
     rank_metrics = [name for name in ("coverage_error", "ranking_loss", "one_error", "retrieval") if name in metrics]
     if rank_metrics:
         if spec.ties == "expected":
-            values = _expected_values(entries.counts, positive_count, spec, masked, per_sample)
+            values = _expected_values(entries.counts, positive_count, spec, num_classes, masked, per_sample)
         else:
-            values = _ordered_values(entries.counts, positive_count, spec, masked, per_sample)
+            values = _ordered_values(entries.counts, positive_count, spec, num_classes, masked, per_sample)
     if "coverage_error" in metrics:
         out["coverage_error_sum"] = total(values["worst"])
         out["coverage_error_weight"] = weight_sum
@@ -256,7 +256,15 @@ def _k_values(ks: Sequence[int], device: torch.device) -> Tensor:
     return out
 
 
-def _ordered_values(counts: LabelCounts, positive_count, spec: RankingSpec, masked, per_sample) -> Dict[str, Tensor]:
+def _reach(k: int, num_classes: int) -> int:
+    """The cut-off ``k`` as far as it reaches: no rank exceeds the number of labels, so a table or a loop over
+    places never needs more than ``C`` entries, however large ``k`` is (only precision divides by ``k`` itself)."""
+    return min(k, max(num_classes, 1))
+
+
+def _ordered_values(
+    counts: LabelCounts, positive_count, spec: RankingSpec, num_classes: int, masked, per_sample
+) -> Dict[str, Tensor]:
     """Per-sample values under a rule that gives each positive one rank (``"max"``, ``"index"``): ``"worst"``
     (the largest rank, 0 without positive), ``"wrong"`` (wrong pairs), ``"top"`` (1 if a positive has rank 1) and
     ``(n, len(ks))`` retrieval values by name."""
@@ -277,7 +285,8 @@ def _ordered_values(counts: LabelCounts, positive_count, spec: RankingSpec, mask
         out["top"] = (best == 1).to(f64)
     if not wanted:
         return out
-    ks = _k_values(spec.ks, rank.device)  # (K,)
+    # Cut-offs compared with ranks stop at C: a sample without positive (best rank int max) stays out of any k.
+    ks = _k_values([_reach(k, num_classes) for k in spec.ks], rank.device)  # (K,)
     if best is not None:
         best_f = best.to(f64).unsqueeze(1)
         top = best_f <= ks  # (n, K): the best positive is in the top k
@@ -291,7 +300,7 @@ def _ordered_values(counts: LabelCounts, positive_count, spec: RankingSpec, mask
     in_top = (rank_f.unsqueeze(1) <= ks).to(f64)  # (P, K)
     found = per_sample(in_top)
     if "precision" in wanted:
-        out["precision"] = found / ks
+        out["precision"] = found / _k_values(spec.ks, rank.device)
     if "recall" in wanted:
         out["recall"] = found / positive_count.to(f64).clamp(min=1).unsqueeze(1)
     cutoff = torch.minimum(positive_count.to(f64).unsqueeze(1), ks)  # min(m, k)
@@ -300,7 +309,7 @@ def _ordered_values(counts: LabelCounts, positive_count, spec: RankingSpec, mask
         out["ap"] = per_sample(in_top * precision.unsqueeze(1)) / cutoff.clamp(min=1)
     if "ndcg" in wanted:
         # 1 / log2(r + 1) from the table of ideal DCGs: its steps are the discounts of ranks 1, 2, ...
-        table = ideal_dcg(max(spec.ks), rank.device)
+        table = ideal_dcg(_reach(max(spec.ks), num_classes), rank.device)
         discount = torch.diff(table)  # (max k,): discount of rank r at r - 1
         gain = discount.index_select(0, (rank.clamp(min=1, max=len(discount)) - 1).to(torch.int64))
         ideal = table.index_select(0, cutoff.to(torch.int64).reshape(-1)).view_as(cutoff)
@@ -308,7 +317,9 @@ def _ordered_values(counts: LabelCounts, positive_count, spec: RankingSpec, mask
     return out
 
 
-def _expected_values(counts: LabelCounts, positive_count, spec: RankingSpec, masked, per_sample) -> Dict[str, Tensor]:
+def _expected_values(
+    counts: LabelCounts, positive_count, spec: RankingSpec, num_classes: int, masked, per_sample
+) -> Dict[str, Tensor]:
     """The values of :func:`_ordered_values`, each the expectation over uniformly random orders of tied labels.
 
     A positive with ``A`` labels above (``A_p`` positive) in a tie group of ``g`` labels (``p`` positive) takes
@@ -335,13 +346,14 @@ def _expected_values(counts: LabelCounts, positive_count, spec: RankingSpec, mas
     best_group = counts.above_positive == 0
     count = positive_count.to(f64).clamp(min=1)
     share = (tied_positive - 1) / (tied - 1).clamp(min=1)  # of the other tied labels, the positive share
-    ideal = ideal_dcg(max(spec.ks), above.device)
+    ideal = ideal_dcg(_reach(max(spec.ks), num_classes), above.device)
     values: Dict[str, list] = {name: [] for name in wanted}
-    for k in spec.ks:
+    for cut in spec.ks:
+        k = _reach(cut, num_classes)  # places beyond C hold no label
         cutoff = positive_count.clamp(max=k)
         found = per_sample(((k - above) / tied).clamp(0.0, 1.0))  # P(place <= k), summed
         if "precision" in wanted:
-            values["precision"].append(found / k)
+            values["precision"].append(found / cut)
         if "recall" in wanted:
             values["recall"].append(found / count)
         if "ndcg" in wanted:
@@ -408,6 +420,8 @@ def check_ks(k) -> Tuple[int, ...]:
         ks = None
     if not ks or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in ks):
         raise ValueError(f"Argument `k` must be a positive integer or a non-empty sequence of them, but got {k!r}.")
+    if any(v >= 2**63 for v in ks):
+        raise ValueError(f"Argument `k` must be below 2**63 (an int64), but got {k!r}.")
     if len(set(ks)) != len(ks):
         raise ValueError(f"Argument `k` must not repeat a value, but got {k!r}.")
     return ks

@@ -23,6 +23,7 @@ from torch_lwlrap._checks import (
     check_ties,
 )
 from torch_lwlrap import _bootstrap
+from torch_lwlrap._metric_base import TaggedMetric, choice_option, int_option, legacy_tag
 from torch_lwlrap._ranking import TIE_SUM_RULES, TieSums
 from torch_lwlrap._tie_report import TieReport, tie_sums_update
 from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
@@ -42,24 +43,6 @@ from torch_lwlrap.intervals import (
 )
 
 __all__ = ["MultilabelLWLRAP", "MultilabelLRAP", "MultilabelTieReport"]
-
-
-def _add_options_tag(metric: Metric, num_labels: int, ties: str, ignore_index: Optional[int]) -> None:
-    """A constant state that tells apart metrics whose updates differ; added before the sums.
-
-    ``MetricCollection`` shares one state between metrics whose states are equal after the first update; two
-    metrics that differ in ``ties`` or ``ignore_index`` may agree on one batch and differ on the next, so they must
-    never share. torchmetrics before 1.7 compares only the *first* state of two metrics, so the tag must come first
-    for its difference to be seen there. The tag never changes (``"max"`` reduction keeps it across processes and
-    merges).
-    """
-    value = [
-        TIES.index(ties),
-        0 if ignore_index is None else 1,
-        0 if ignore_index is None else ignore_index,
-        num_labels,
-    ]
-    metric.add_state("options_tag", torch.tensor(value, dtype=torch.int64), dist_reduce_fx="max")
 
 
 def _check_device(metric: Metric, preds: Any) -> None:
@@ -124,13 +107,39 @@ class _Bootstrap:
     is reproducible for a given seed, world size and sample order, and a checkpoint carries where the stream stands.
     """
 
-    def _init_bootstrap(self, num_bootstrap: int, bootstrap_seed: Optional[int], counter: str) -> None:
+    #: The state whose first dimension is the number of replicates (read from an earlier version's checkpoint).
+    _replicate_state: str = ""
+
+    def _bootstrap_options(self, num_bootstrap: int, bootstrap_seed: Optional[int], counter: str):
+        """Check and keep the bootstrap options; their tag entries (the seed only with replicates)."""
         self.num_bootstrap = check_num_bootstrap(num_bootstrap)
         self.bootstrap_seed = check_seed(bootstrap_seed) if self.num_bootstrap else bootstrap_seed
+        # A drawn seed was not the user's choice: a checkpoint's seed replaces it, so the run resumes its stream.
+        self._seed_drawn = bootstrap_seed is None
         self._counter_name = counter
         self._counter_offset: Optional[Tensor] = None
+        seed = self.bootstrap_seed if self.num_bootstrap else None
+        return int_option("num_bootstrap", self.num_bootstrap), int_option("bootstrap_seed", seed)
+
+    def _add_bootstrap_counter(self) -> None:
         if self.num_bootstrap:
-            self.add_state(counter, torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
+            self.add_state(self._counter_name, torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
+
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+        # Earlier tags held ties, ignore_index and num_labels; the replicates tell num_bootstrap (not the seed).
+        out = legacy_tag(saved, TIES)
+        replicates = saved(self._replicate_state)
+        out["num_bootstrap"] = replicates.shape[0] if isinstance(replicates, Tensor) and replicates.ndim else 0
+        return out
+
+    def _adoptable(self, name: str, value: Any) -> bool:
+        return name == "bootstrap_seed" and self._seed_drawn and self.num_bootstrap > 0 and value is not None
+
+    def _adopt(self, values: Dict[str, Any]) -> None:
+        self.bootstrap_seed = values["bootstrap_seed"]
+        self._options_changed(
+            [int_option(o.name, self.bootstrap_seed) if o.name == "bootstrap_seed" else o for o in self._options]
+        )
 
     def _stream(self) -> Tuple[Tensor, Tensor]:
         """``(key, first_sample)`` of this update's weights: the key of this process's stream and the position of
@@ -204,7 +213,7 @@ class _Bootstrap:
         return _bootstrap.percentile_interval(replicates, level)
 
 
-class MultilabelLWLRAP(_Bootstrap, Metric):
+class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
     r"""Label-weighted label-ranking average precision (lwlrap), accumulated over batches.
 
     The state is two ``(C,)`` tensors, ``precision_sum`` (float64) and ``label_count`` (int64), summed across
@@ -247,6 +256,8 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
     precision_sum: Tensor
     label_count: Tensor
 
+    _replicate_state = "bootstrap_precision_sum"
+
     def __init__(
         self,
         num_labels: int,
@@ -265,10 +276,16 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
         self.ties = check_ties(ties)
         self.ignore_index = check_ignore_index(ignore_index)
         self.validate_args = validate_args
-        _add_options_tag(self, num_labels, self.ties, self.ignore_index)
+        # average only changes compute(): the same sums serve every average.
+        self._declare_options(
+            choice_option("ties", self.ties, TIES),
+            int_option("ignore_index", self.ignore_index),
+            int_option("num_labels", self.num_labels),
+            *self._bootstrap_options(num_bootstrap, bootstrap_seed, "bootstrap_lwlrap_samples"),
+        )
         self.add_state("precision_sum", torch.zeros(num_labels, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("label_count", torch.zeros(num_labels, dtype=torch.int64), dist_reduce_fx="sum")
-        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lwlrap_samples")
+        self._add_bootstrap_counter()
         if self.num_bootstrap:
             shape = (self.num_bootstrap, num_labels)
             self.add_state("bootstrap_precision_sum", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
@@ -401,7 +418,7 @@ class MultilabelLWLRAP(_Bootstrap, Metric):
         return self._plot(val, ax)
 
 
-class MultilabelLRAP(_Bootstrap, Metric):
+class MultilabelLRAP(_Bootstrap, TaggedMetric):
     r"""Label-ranking average precision (LRAP), accumulated over batches; equals scikit-learn's score.
 
     The state is two float64 scalars, ``lrap_sum`` (weighted sum of per-sample scores) and ``weight_sum``, summed
@@ -430,6 +447,8 @@ class MultilabelLRAP(_Bootstrap, Metric):
     lrap_sum: Tensor
     weight_sum: Tensor
 
+    _replicate_state = "bootstrap_lrap_sum"
+
     def __init__(
         self,
         num_labels: int,
@@ -446,10 +465,15 @@ class MultilabelLRAP(_Bootstrap, Metric):
         self.ties = check_ties(ties)
         self.ignore_index = check_ignore_index(ignore_index)
         self.validate_args = validate_args
-        _add_options_tag(self, num_labels, self.ties, self.ignore_index)
+        self._declare_options(
+            choice_option("ties", self.ties, TIES),
+            int_option("ignore_index", self.ignore_index),
+            int_option("num_labels", self.num_labels),
+            *self._bootstrap_options(num_bootstrap, bootstrap_seed, "bootstrap_lrap_samples"),
+        )
         self.add_state("lrap_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
-        self._init_bootstrap(num_bootstrap, bootstrap_seed, "bootstrap_lrap_samples")
+        self._add_bootstrap_counter()
         if self.num_bootstrap:
             shape = (self.num_bootstrap,)
             self.add_state("bootstrap_lrap_sum", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
@@ -535,7 +559,7 @@ class MultilabelLRAP(_Bootstrap, Metric):
         return self._plot(val, ax)
 
 
-class MultilabelTieReport(Metric):
+class MultilabelTieReport(TaggedMetric):
     r"""The tie report of :func:`torch_lwlrap.tie_report`, accumulated over batches: how much tied scores can move
     lwlrap.
 
@@ -585,10 +609,13 @@ class MultilabelTieReport(Metric):
         self.num_labels = check_num_labels(num_labels)
         self.ignore_index = check_ignore_index(ignore_index)
         self.validate_args = validate_args
-        _add_options_tag(self, num_labels, "expected", self.ignore_index)
+        self._declare_options(int_option("ignore_index", self.ignore_index), int_option("num_labels", self.num_labels))
         self.add_state("label_count", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("tied_label_count", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("precision_sum", torch.zeros(len(TIE_SUM_RULES), dtype=torch.float64), dist_reduce_fx="sum")
+
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+        return legacy_tag(saved, None)
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``.

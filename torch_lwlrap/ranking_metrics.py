@@ -11,7 +11,6 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
 from torch_lwlrap._checks import check_ignore_index, check_num_labels
 from torch_lwlrap._rank_reductions import (
@@ -26,6 +25,7 @@ from torch_lwlrap._rank_reductions import (
     finish,
     state_shapes,
 )
+from torch_lwlrap._metric_base import TaggedMetric, choice_option, int_option, ints_option, legacy_tag, names_option
 from torch_lwlrap.functional import _check_batch
 from torch_lwlrap.metrics import _apply_keeping_float64, _check_device, _values_checked
 from torch_lwlrap.ranking_functional import _ranking_update
@@ -39,11 +39,14 @@ __all__ = [
 ]
 
 
-class _RankingMetric(Metric):
+class _RankingMetric(TaggedMetric):
     """Accumulates the sums of a :class:`~torch_lwlrap._rank_reductions.RankingSpec`."""
 
     is_differentiable: bool = False
     full_state_update: bool = False
+
+    # Earlier versions kept k and the chosen metrics in states of their own.
+    _legacy_state_names = ("retrieval_k", "ranking_metrics_tag")
 
     def _setup(
         self,
@@ -60,14 +63,26 @@ class _RankingMetric(Metric):
         self.empty_target = check_empty_target(empty_target)
         self._spec = spec
         self._sum_names = tuple(state_shapes(spec, num_labels))
+        # empty_target only changes compute(): the same sums serve both.
+        self._declare_options(
+            choice_option("ties", self.ties, RANK_TIES),
+            int_option("ignore_index", self.ignore_index),
+            int_option("num_labels", self.num_labels),
+            *self._spec_options(spec),
+        )
         for name, (shape, dtype) in state_shapes(spec, num_labels).items():
             self.add_state(name, torch.zeros(shape, dtype=dtype), dist_reduce_fx="sum")
-        # Constant: metrics whose updates differ never share states in a MetricCollection (as the lwlrap metrics').
-        tag = [RANK_TIES.index(self.ties), int(ignore_index is not None), ignore_index or 0]
-        self.add_state("options_tag", torch.tensor(tag, dtype=torch.int64), dist_reduce_fx="max")
-        if spec.ks:
-            # Constant, like options_tag: metrics with different k never share states in a MetricCollection.
-            self.add_state("retrieval_k", torch.tensor(spec.ks, dtype=torch.int64), dist_reduce_fx="max")
+
+    def _spec_options(self, spec: RankingSpec):
+        """The options of ``spec`` beside its tie rule (each class has its own)."""
+        return ()
+
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+        out = legacy_tag(saved, RANK_TIES)
+        lwlrap = saved("lwlrap_precision_sum")
+        if isinstance(lwlrap, Tensor) and lwlrap.ndim == 1:
+            out["num_labels"] = lwlrap.shape[0]
+        return out
 
     def update(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> None:
         """Add a batch, optionally with non-negative per-sample weights ``(N,)``.
@@ -138,6 +153,16 @@ class _ScalarRankingMetric(_RankingMetric):
     def compute(self) -> Tensor:
         """The (weighted) mean over all accumulated samples, float64; NaN without samples."""
         return self._scores()[self._name]
+
+
+def _legacy_retrieval(saved: Callable[[str], Any], name: str) -> Dict[str, Any]:
+    """k and the retrieval metrics of an earlier version's checkpoint: a ``retrieval_k`` state and a sum per
+    metric."""
+    out: Dict[str, Any] = {name: tuple(m for m in RETRIEVAL_METRICS if saved(f"retrieval_{m}_sum") is not None)}
+    ks = saved("retrieval_k")
+    if isinstance(ks, Tensor) and ks.ndim == 1:
+        out["k"] = tuple(ks.tolist())
+    return out
 
 
 class MultilabelCoverageError(_ScalarRankingMetric):
@@ -224,6 +249,14 @@ class MultilabelRetrievalAtK(_RankingMetric):
     higher_is_better: bool = True
     plot_lower_bound: float = 0.0
     plot_upper_bound: float = 1.0
+
+    def _spec_options(self, spec: RankingSpec):
+        return ints_option("k", spec.ks), names_option("metrics", spec.retrieval, RETRIEVAL_METRICS)
+
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+        out = super()._legacy_options(saved)
+        out.update(_legacy_retrieval(saved, "metrics"))
+        return out
 
     def __init__(
         self,
@@ -316,9 +349,24 @@ class MultilabelRankingMetrics(_RankingMetric):
             check_retrieval_metrics(retrieval_metrics) if retrieval else (),
         )
         self._setup(num_labels, spec, ignore_index, validate_args, empty_target)
-        # Which metrics: no other metric has this state, so a MetricCollection never merges this one.
-        chosen = [int(name in names) for name in RANKING_METRICS]
-        self.add_state("ranking_metrics_tag", torch.tensor(chosen, dtype=torch.int64), dist_reduce_fx="max")
+
+    def _spec_options(self, spec: RankingSpec):
+        return (
+            names_option("metrics", spec.metrics, RANKING_METRICS),
+            ints_option("k", spec.ks),
+            names_option("retrieval_metrics", spec.retrieval, RETRIEVAL_METRICS),
+        )
+
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+        out = super()._legacy_options(saved)
+        chosen = saved("ranking_metrics_tag")
+        if isinstance(chosen, Tensor) and chosen.shape == (len(RANKING_METRICS),):
+            out["metrics"] = tuple(name for name, on in zip(RANKING_METRICS, chosen.tolist()) if on)
+            if "retrieval" in out["metrics"]:
+                out.update(_legacy_retrieval(saved, "retrieval_metrics"))
+            else:
+                out.update(k=(), retrieval_metrics=())
+        return out
 
     def compute(self) -> Dict[str, Tensor]:
         """``{name: value}`` for every chosen metric over all accumulated samples; NaN where undefined."""

@@ -1,0 +1,545 @@
+"""Checkpoints carry the options their states were made with; collections never merge metrics whose options differ;
+``k`` beyond the number of labels costs nothing more than ``k = C``.
+
+Every refused checkpoint is refused through ``metric.load_state_dict``, through a parent module (``strict`` or not)
+and through Lightning, with one line naming both sets of options; every accepted one resumes to the value of an
+uninterrupted run, which is checked against the functions on all data and a naive reference.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any, Callable, Dict, List, Tuple
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torchmetrics import MetricCollection
+
+from tests.reference import naive_lwlrap
+from tests.reference_ranking import naive_coverage_error, naive_retrieval
+from torch_lwlrap import (
+    MultilabelCoverageError,
+    MultilabelLRAP,
+    MultilabelLWLRAP,
+    MultilabelOneError,
+    MultilabelRankingLoss,
+    MultilabelRankingMetrics,
+    MultilabelRetrievalAtK,
+    MultilabelTieReport,
+    multilabel_coverage_error,
+    multilabel_lrap,
+    multilabel_lwlrap,
+    multilabel_one_error,
+    multilabel_ranking_loss,
+    multilabel_retrieval_at_k,
+)
+from torch_lwlrap._checks import TIES
+from torch_lwlrap._metric_base import TAG_LAYOUT
+from torch_lwlrap._rank_reductions import RANKING_METRICS
+
+C = 6
+
+# class, options of the checkpoint; then (option, value of the loading metric) pairs it must refuse.
+CASES: List[Tuple[type, Dict[str, Any], List[Tuple[str, Any]]]] = [
+    (
+        MultilabelLWLRAP,
+        dict(num_labels=C, ties="max"),
+        [("ties", "expected"), ("ignore_index", -1), ("num_labels", C + 1), ("num_bootstrap", 8)],
+    ),
+    (
+        MultilabelLWLRAP,
+        dict(num_labels=C, num_bootstrap=8, bootstrap_seed=1),
+        [("num_bootstrap", 4), ("num_bootstrap", 0), ("bootstrap_seed", 2), ("bootstrap_seed", 2**63 - 1)],
+    ),
+    (
+        MultilabelLRAP,
+        dict(num_labels=C, ties="index", ignore_index=-1),
+        [("ties", "max"), ("ignore_index", None), ("ignore_index", 2), ("num_labels", C - 1), ("num_bootstrap", 4)],
+    ),
+    (
+        MultilabelLRAP,
+        dict(num_labels=C, num_bootstrap=4, bootstrap_seed=2**62),
+        [("num_bootstrap", 5), ("bootstrap_seed", 2**62 + 1), ("num_bootstrap", 0)],
+    ),
+    (MultilabelTieReport, dict(num_labels=C), [("ignore_index", -1), ("num_labels", C + 1)]),
+    (MultilabelCoverageError, dict(num_labels=C), [("ties", "index"), ("ignore_index", -1), ("num_labels", C + 1)]),
+    (MultilabelRankingLoss, dict(num_labels=C, ties="expected"), [("ties", "max"), ("num_labels", 2)]),
+    (MultilabelOneError, dict(num_labels=C, ignore_index=-1), [("ignore_index", -2), ("ties", "expected")]),
+    (
+        MultilabelRetrievalAtK,
+        dict(num_labels=C, k=2),
+        [("k", 3), ("k", (2, 3)), ("k", 2**40), ("metrics", ("hit", "ndcg")), ("ties", "index"), ("num_labels", C + 1)],
+    ),
+    (
+        MultilabelRetrievalAtK,
+        dict(num_labels=C, k=(1, 10**6), metrics=("ap",)),
+        [("k", (10**6, 1)), ("k", (1, 10**6 + 1)), ("metrics", ("rr",))],
+    ),
+    (
+        MultilabelRankingMetrics,
+        dict(num_labels=C, k=(1, 3)),
+        [
+            ("metrics", ("lwlrap", "lrap")),
+            ("k", (1, 4)),
+            ("retrieval_metrics", ("hit",)),
+            ("num_labels", C + 1),
+            ("ties", "expected"),
+            ("ignore_index", -1),
+        ],
+    ),
+    (MultilabelRankingMetrics, dict(num_labels=C, metrics=("lwlrap",)), [("metrics", ("lwlrap", "lrap"))]),
+]
+
+REFUSALS = [(cls, options, name, value) for cls, options, changes in CASES for name, value in changes]
+
+
+def _id(case) -> str:
+    cls, options, name, value = case
+    return f"{cls.__name__}-{'-'.join(f'{k}={v}' for k, v in options.items() if k != 'num_labels')}-{name}={value}"
+
+
+def _batches(num_labels: int, count: int = 4, seed: int = 0, ignore: bool = False):
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        preds = torch.randint(0, 4, (7 + i, num_labels), generator=generator).float()  # ties
+        target = torch.randint(0, 2, (7 + i, num_labels), generator=generator)
+        if ignore:
+            target[torch.rand(target.shape, generator=generator) < 0.1] = -1
+        out.append((preds, target))
+    return out
+
+
+def _fed(metric, batches):
+    for preds, target in batches:
+        metric.update(preds, target)
+    return metric
+
+
+def _persistent(metric):
+    metric.persistent(True)
+    return metric
+
+
+def _states(metric) -> Dict[str, torch.Tensor]:
+    return {name: getattr(metric, name).clone() for name in metric._defaults}
+
+
+def _refusal_line(cls, theirs: str, ours: str, where: str = "") -> str:
+    return (
+        f"{cls.__name__} checkpoint{where} was made with {theirs}; this metric has {ours}: create the metric with the "
+        f"checkpoint's options"
+    )
+
+
+def _refused(call: Callable[[], Any], line: str) -> None:
+    with pytest.raises(RuntimeError) as info:
+        call()
+    message = str(info.value)
+    assert message.count("\n") == 1, message  # torch's header, then the one line
+    assert message.split("\n\t")[1] == line, message
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=[_id(case) for case in REFUSALS])
+def test_a_checkpoint_made_with_other_options_is_refused(case):
+    cls, options, name, value = case
+    saved = _persistent(_fed(cls(**options), _batches(options["num_labels"], 2, ignore="ignore_index" in options)))
+    other = cls(**{**options, name: value})
+    if name == "num_bootstrap" and value and "bootstrap_seed" not in options:
+        other = cls(**{**options, name: value, "bootstrap_seed": 5})  # any seed: the replicates differ first
+    fresh = _states(other)
+    theirs, ours = saved._option_values(), other._option_values()
+    assert theirs[name] != ours[name]
+    differ = [key for key in theirs if theirs[key] != ours[key]]  # k and metrics go with "retrieval", B with seeds
+    line = _refusal_line(
+        cls, ", ".join(f"{k}={theirs[k]!r}" for k in differ), ", ".join(f"{k}={ours[k]!r}" for k in differ)
+    )
+    state = saved.state_dict()
+
+    # the metric itself, strict or not
+    for strict in (True, False):
+        _refused(lambda: other.load_state_dict(dict(state), strict=strict), line)
+    # a parent module, strict or not: the line names where the metric is
+    model = torch.nn.ModuleDict({"val": other})
+    parent = {f"val.{key}": value for key, value in state.items()}
+    for strict in (True, False):
+        with pytest.raises(RuntimeError, match=r"^Error\(s\) in loading state_dict for ModuleDict:\n\t"):
+            model.load_state_dict(dict(parent), strict=strict)
+        _refused(
+            lambda: model.load_state_dict(dict(parent), strict=strict),
+            line.replace(" checkpoint was", " checkpoint at 'val' was"),
+        )
+    # nothing was loaded
+    for key, value in fresh.items():
+        assert torch.equal(getattr(other, key), value), key
+
+
+def test_the_line_names_every_option_that_differs():
+    saved = _persistent(MultilabelLWLRAP(7, ties="max"))
+    other = MultilabelLWLRAP(8, ties="expected")
+    _refused(
+        lambda: other.load_state_dict(saved.state_dict()),
+        _refusal_line(MultilabelLWLRAP, "ties='max', num_labels=7", "ties='expected', num_labels=8"),
+    )
+    saved = _persistent(MultilabelRankingMetrics(C, k=(1, 3)))
+    other = MultilabelRankingMetrics(C, metrics=("lwlrap",))
+    theirs = "metrics=('coverage_error', 'ranking_loss', 'one_error', 'retrieval', 'lwlrap', 'lrap'), k=(1, 3), "
+    theirs += "retrieval_metrics=('hit', 'precision', 'recall', 'ap', 'rr', 'ndcg')"
+    _refused(
+        lambda: other.load_state_dict(saved.state_dict()),
+        _refusal_line(MultilabelRankingMetrics, theirs, "metrics=('lwlrap',), k=(), retrieval_metrics=()"),
+    )
+
+
+def test_a_checkpoint_of_another_metric_class_is_refused():
+    saved = _persistent(_fed(MultilabelTieReport(4), _batches(4, 1)))  # precision_sum and label_count too
+    other = MultilabelLWLRAP(4)
+    with pytest.raises(RuntimeError, match="MultilabelLWLRAP checkpoint was made by another metric class"):
+        other.load_state_dict(saved.state_dict())
+    assert other.label_count.sum() == 0
+
+
+def test_a_checkpoint_without_the_metric_states_loads_as_before():
+    # Metric states are in a state dict only after persistent(True): a module saved without them loads as ever.
+    model = torch.nn.ModuleDict({"val": _fed(MultilabelLWLRAP(C), _batches(C, 1)), "head": torch.nn.Linear(2, 2)})
+    other = torch.nn.ModuleDict({"val": MultilabelLWLRAP(C + 1, ties="expected"), "head": torch.nn.Linear(2, 2)})
+    other.load_state_dict(model.state_dict())
+    assert torch.equal(other["head"].weight, model["head"].weight)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Matching checkpoints resume exactly
+
+
+def _reference(cls, options, preds, target):
+    """The value over all data from the functions (the classes' own definitions) and, where cheap, a naive loop."""
+    ties = options.get("ties", "max")
+    ignore_index = options.get("ignore_index")
+    kw = dict(ties=ties, ignore_index=ignore_index)
+    if cls is MultilabelLWLRAP:
+        value = multilabel_lwlrap(preds, target, **kw)
+        torch.testing.assert_close(value.item(), naive_lwlrap(preds, target, ties, ignore_index), rtol=1e-12, atol=0)
+        return value
+    if cls is MultilabelLRAP:
+        return multilabel_lrap(preds, target, **kw)
+    if cls is MultilabelCoverageError:
+        value = multilabel_coverage_error(preds, target, **kw)
+        assert value.item() == pytest.approx(naive_coverage_error(preds, target, ties, ignore_index), rel=1e-12)
+        return value
+    if cls is MultilabelRankingLoss:
+        return multilabel_ranking_loss(preds, target, **kw)
+    if cls is MultilabelOneError:
+        return multilabel_one_error(preds, target, **kw)
+    if cls is MultilabelRetrievalAtK:
+        value = multilabel_retrieval_at_k(preds, target, k=options["k"], **kw)
+        naive = naive_retrieval(preds, target, (options["k"],) if isinstance(options["k"], int) else options["k"], **kw)
+        for name, v in value.items():
+            assert v.item() == pytest.approx(naive[name], rel=1e-12, abs=1e-15), name
+        return value
+    raise AssertionError(cls)
+
+
+RESUMES = [
+    (MultilabelLWLRAP, dict(num_labels=C, ties="expected", ignore_index=-1)),
+    (MultilabelLWLRAP, dict(num_labels=C, num_bootstrap=64, bootstrap_seed=2**63 - 1)),
+    (MultilabelLWLRAP, dict(num_labels=C, num_bootstrap=64)),  # drawn seed: the resumed metric takes the saved one
+    (MultilabelLRAP, dict(num_labels=C, ties="index", num_bootstrap=64, bootstrap_seed=0)),
+    (MultilabelTieReport, dict(num_labels=C, ignore_index=-1)),
+    (MultilabelCoverageError, dict(num_labels=C, ignore_index=-1)),
+    (MultilabelRankingLoss, dict(num_labels=C, ties="expected")),
+    (MultilabelOneError, dict(num_labels=C)),
+    (MultilabelRetrievalAtK, dict(num_labels=C, k=(1, 3, 2**40), ties="expected")),
+    (MultilabelRankingMetrics, dict(num_labels=C, k=2, ties="index")),
+]
+
+
+@pytest.mark.parametrize("cls, options", RESUMES, ids=[f"{c.__name__}-{len(o)}" for c, o in RESUMES])
+def test_a_matching_checkpoint_resumes_exactly(cls, options, tmp_path):
+    ignore = "ignore_index" in options
+    batches = _batches(C, 4, seed=1, ignore=ignore)
+    torch.manual_seed(11)  # the drawn seed of the uninterrupted run
+    uninterrupted = _fed(cls(**options), batches)
+    torch.manual_seed(11)
+    model = torch.nn.ModuleDict({"val": _persistent(cls(**options))})
+    _fed(model["val"], batches[:2])
+    torch.save(model.state_dict(), tmp_path / "ckpt.pt")
+    resumed = torch.nn.ModuleDict({"val": _persistent(cls(**options))})  # a seed drawn anew, if drawn
+    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=True))
+    _fed(resumed["val"], batches[2:])
+    metric = resumed["val"]
+    for name, value in _states(uninterrupted).items():
+        assert torch.equal(getattr(metric, name), value), name
+    assert metric._option_values() == uninterrupted._option_values()
+    got, want = metric.compute(), uninterrupted.compute()
+    if isinstance(want, dict):
+        assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    else:
+        assert torch.equal(got, want)
+    if getattr(metric, "num_bootstrap", 0):
+        assert all(torch.equal(a, b) for a, b in zip(metric.confidence_interval(), uninterrupted.confidence_interval()))
+    if cls in (MultilabelTieReport, MultilabelRankingMetrics):
+        return
+    preds = torch.cat([p for p, _ in batches])
+    target = torch.cat([t for _, t in batches])
+    reference = _reference(cls, options, preds, target)
+    if isinstance(reference, dict):
+        for name, value in reference.items():
+            torch.testing.assert_close(got[name], value, rtol=1e-12, atol=1e-15)
+    else:
+        torch.testing.assert_close(got, reference, rtol=1e-12, atol=1e-15)
+
+
+def test_a_drawn_seed_is_not_taken_over_an_explicit_one():
+    saved = _persistent(MultilabelLRAP(C, num_bootstrap=4))  # drawn
+    explicit = MultilabelLRAP(C, num_bootstrap=4, bootstrap_seed=saved.bootstrap_seed + 1)
+    with pytest.raises(RuntimeError, match="was made with bootstrap_seed="):
+        explicit.load_state_dict(saved.state_dict())
+    same = MultilabelLRAP(C, num_bootstrap=4, bootstrap_seed=saved.bootstrap_seed)
+    same.load_state_dict(saved.state_dict())
+    assert same.bootstrap_seed == saved.bootstrap_seed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints of the previous version: the tag was [tie rule, has ignore_index, ignore_index(, num_labels)], and
+# the ranking metrics kept k and the chosen metrics in states of their own.
+
+
+def _previous_version(metric, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    state = dict(state)
+    values = metric._option_values()
+    ignore = values["ignore_index"]
+    ties = values.get("ties", "expected")
+    tag = [TIES.index(ties), int(ignore is not None), ignore or 0]
+    if isinstance(metric, (MultilabelLWLRAP, MultilabelLRAP, MultilabelTieReport)):
+        tag.append(values["num_labels"])
+    state["options_tag"] = torch.tensor(tag, dtype=torch.int64)
+    if values.get("k"):
+        state["retrieval_k"] = torch.tensor(values["k"], dtype=torch.int64)
+    if isinstance(metric, MultilabelRankingMetrics):
+        state["ranking_metrics_tag"] = torch.tensor([int(m in values["metrics"]) for m in RANKING_METRICS])
+    return state
+
+
+PREVIOUS = [
+    (MultilabelLWLRAP, dict(num_labels=C, ties="expected", ignore_index=-1), ("ties", "max")),
+    (MultilabelLWLRAP, dict(num_labels=C, num_bootstrap=8, bootstrap_seed=3), ("num_bootstrap", 0)),
+    (MultilabelLRAP, dict(num_labels=C), ("num_bootstrap", 4)),
+    (MultilabelTieReport, dict(num_labels=C), ("ignore_index", -1)),
+    (MultilabelCoverageError, dict(num_labels=C, ties="index"), ("ties", "max")),
+    (MultilabelRetrievalAtK, dict(num_labels=C, k=2, metrics=("hit", "ap")), ("k", 3)),
+    (MultilabelRetrievalAtK, dict(num_labels=C, k=2, metrics=("hit", "ap")), ("metrics", ("hit",))),
+    (MultilabelRankingMetrics, dict(num_labels=C, k=2), ("num_labels", C + 1)),
+    (MultilabelRankingMetrics, dict(num_labels=C, metrics=("lrap", "one_error")), ("metrics", ("lrap",))),
+]
+
+
+@pytest.mark.parametrize("cls, options, change", PREVIOUS, ids=[f"{c.__name__}-{ch[0]}" for c, _, ch in PREVIOUS])
+def test_a_checkpoint_of_the_previous_version_loads_when_the_options_agree(cls, options, change):
+    batches = _batches(C, 3, ignore="ignore_index" in options)
+    uninterrupted = _fed(cls(**options), batches)
+    saved = _persistent(_fed(cls(**options), batches[:1]))
+    state = _previous_version(saved, saved.state_dict())
+    assert state["options_tag"][0] != TAG_LAYOUT
+    resumed = cls(**options)
+    resumed.load_state_dict(dict(state))  # strict: the old k and metrics states are consumed
+    assert torch.equal(resumed.options_tag, uninterrupted.options_tag)  # its own tag, not the old layout
+    _fed(resumed, batches[1:])
+    for name, value in _states(uninterrupted).items():
+        assert torch.equal(getattr(resumed, name), value), name
+    name, value = change
+    other = cls(**{**options, name: value})
+    fresh = _states(other)
+    with pytest.raises(RuntimeError, match=rf"checkpoint was made with {name}=.*; this metric has {name}="):
+        other.load_state_dict(dict(state), strict=False)
+    for key, value in fresh.items():
+        assert torch.equal(getattr(other, key), value), key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lightning: the user's form
+
+
+def test_lightning_checkpoint_with_other_options_is_refused(tmp_path):
+    lightning = pytest.importorskip("lightning")
+
+    class Module(lightning.LightningModule):
+        def __init__(self, ties: str = "max", k: int = 2):
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(C, C)
+            self.lwlrap = MultilabelLWLRAP(C, ties=ties)
+            self.retrieval = MultilabelRetrievalAtK(C, k=k)
+            self.lwlrap.persistent(True)
+            self.retrieval.persistent(True)
+
+        def validation_step(self, batch, batch_idx):
+            preds, target = batch
+            self.lwlrap.update(self.layer(preds), target)
+            self.retrieval.update(self.layer(preds), target)
+
+    batches = _batches(C, 2)
+    module = Module()
+    with warnings.catch_warnings():  # Lightning's advice on workers and loggers
+        warnings.simplefilter("ignore")
+        trainer = lightning.Trainer(
+            accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, default_root_dir=tmp_path,
+        )
+        trainer.validate(module, dataloaders=torch.utils.data.DataLoader(batches, batch_size=None), verbose=False)
+        trainer.save_checkpoint(tmp_path / "run.ckpt")
+    torch.save(module.state_dict(), tmp_path / "state.pt")
+    assert module.lwlrap.label_count.sum() > 0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same = Module.load_from_checkpoint(tmp_path / "run.ckpt")
+    assert torch.equal(same.lwlrap.precision_sum, module.lwlrap.precision_sum)
+    assert torch.equal(same.retrieval.retrieval_hit_sum, module.retrieval.retrieval_hit_sum)
+
+    with pytest.raises(RuntimeError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Module.load_from_checkpoint(tmp_path / "run.ckpt", ties="expected", k=3)
+    lines = str(info.value).split("\n\t")[1:]
+    assert lines == [
+        _refusal_line(MultilabelLWLRAP, "ties='max'", "ties='expected'", " at 'lwlrap'"),
+        _refusal_line(MultilabelRetrievalAtK, "k=(2,)", "k=(3,)", " at 'retrieval'"),
+    ]
+    other = Module(ties="expected", k=3)
+    for strict in (True, False):
+        with pytest.raises(RuntimeError, match="MultilabelRetrievalAtK checkpoint at 'retrieval' was made with k="):
+            other.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True), strict=strict)
+    assert other.lwlrap.label_count.sum() == 0 and other.retrieval.retrieval_weight == 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Collections
+
+
+def _interval(metric) -> torch.Tensor:
+    return torch.stack(metric.confidence_interval())
+
+
+@pytest.mark.parametrize("cls", [MultilabelLWLRAP, MultilabelLRAP])
+@pytest.mark.parametrize("first", ["empty", "no positive"])
+def test_a_collection_keeps_bootstrap_metrics_with_other_seeds_apart(cls, first):
+    empty = torch.zeros(0 if first == "empty" else 5, C)
+    batches = [(empty, torch.zeros(empty.shape, dtype=torch.int64))] + _batches(C, 3)
+    collection = MetricCollection(
+        {"seed0": cls(C, num_bootstrap=64, bootstrap_seed=0), "seed1": cls(C, num_bootstrap=64, bootstrap_seed=1)}
+    )
+    for preds, target in batches:
+        collection.update(preds, target)
+    assert sorted(sorted(group) for group in collection.compute_groups.values()) == [["seed0"], ["seed1"]]
+    alone = {seed: _fed(cls(C, num_bootstrap=64, bootstrap_seed=seed), batches) for seed in (0, 1)}
+    assert torch.equal(_interval(collection["seed0"]), _interval(alone[0]))
+    assert torch.equal(_interval(collection["seed1"]), _interval(alone[1]))
+    assert not torch.equal(_interval(alone[0]), _interval(alone[1]))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda i: MultilabelRetrievalAtK(C, k=2**40 + i),  # "close" as whole numbers
+        lambda i: MultilabelLWLRAP(C, ignore_index=10**9 + i),
+        lambda i: MultilabelLRAP(C, num_bootstrap=4, bootstrap_seed=2**62 + i),
+        lambda i: MultilabelRankingMetrics(C, metrics=("lwlrap", "lrap")[: i + 1]),
+        lambda i: MultilabelRankingMetrics(C, k=1, retrieval_metrics=(("hit",), ("hit", "rr"))[i]),
+    ],
+    ids=["k", "ignore_index", "seed", "metrics", "retrieval_metrics"],
+)
+def test_a_collection_never_merges_metrics_whose_options_differ(make):
+    collection = MetricCollection({"a": make(0), "b": make(1)})
+    num_labels = collection["a"].num_labels
+    collection.update(torch.zeros(0, num_labels), torch.zeros(0, num_labels, dtype=torch.int64))
+    assert len(collection.compute_groups) == 2
+
+
+@pytest.mark.parametrize(
+    "make, batches",
+    [
+        (lambda v: MultilabelLWLRAP(C, average=v), ("weighted", "macro")),
+        (lambda v: MultilabelRetrievalAtK(C, k=2, empty_target=v), ("zero", "skip")),
+    ],
+    ids=["average", "empty_target"],
+)
+def test_options_that_only_change_compute_share_the_same_sums(make, batches):
+    # average and empty_target are not in the tag: the shared sums are each metric's own, and each computes its value.
+    first, second = batches
+    collection = MetricCollection({"a": make(first), "b": make(second)})
+    data = _batches(C, 2)
+    for preds, target in data:
+        target[0] = 0  # a sample without positive, for empty_target
+        collection.update(preds, target)
+    assert len(collection.compute_groups) == 1
+    for name, option in (("a", first), ("b", second)):
+        alone = _fed(make(option), data).compute()
+        got = collection[name].compute()
+        if isinstance(alone, dict):
+            assert all(torch.equal(got[k], v) for k, v in alone.items())
+        else:
+            assert torch.equal(got, alone)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# k beyond the number of labels
+
+
+class _Recorder(TorchDispatchMode):
+    """Counts the aten operations run and the largest tensor any of them returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor):
+                self.largest = max(self.largest, value.numel())
+        return out
+
+
+def _cost(call) -> Tuple[int, int]:
+    with _Recorder() as recorder:
+        call()
+    return recorder.ops, recorder.largest
+
+
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+def test_k_beyond_the_labels_gives_the_values_of_k_equal_to_c(ties):
+    preds, target = _batches(C, 1, seed=3, ignore=True)[0]
+    target[0] = 0  # a sample without positive
+    big = (C + 1, 10**7, 2**62, 2**63 - 1)
+    values = multilabel_retrieval_at_k(preds, target, k=(C,) + big, ties=ties, ignore_index=-1)
+    naive = naive_retrieval(preds, target, (C,) + big, ties=ties, ignore_index=-1)
+    for key, value in values.items():
+        assert value.item() == pytest.approx(naive[key], rel=1e-12, abs=1e-300), key
+    for name in ("hit", "recall", "ap", "rr", "ndcg"):
+        for k in big:
+            torch.testing.assert_close(values[f"{name}@{k}"], values[f"{name}@{C}"], rtol=1e-14, atol=0)
+    for k in big:  # precision counts the top k, however many of them hold no label
+        torch.testing.assert_close(values[f"precision@{k}"], values[f"precision@{C}"] * C / k, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+def test_k_beyond_the_labels_costs_what_k_equal_to_c_costs(ties):
+    preds, target = _batches(C, 1, seed=4)[0]
+    cost_c = _cost(lambda: multilabel_retrieval_at_k(preds, target, k=C, ties=ties))
+    for k in (10**4, 2**62):
+        assert _cost(lambda: multilabel_retrieval_at_k(preds, target, k=k, ties=ties)) == cost_c
+        metric = MultilabelRetrievalAtK(C, k=k, ties=ties)
+        reference = MultilabelRetrievalAtK(C, k=C, ties=ties)
+        assert _cost(lambda: metric.update(preds, target)) == _cost(lambda: reference.update(preds, target))
+        name = f"ndcg@{k}"
+        assert metric.compute()[name] == reference.compute()[f"ndcg@{C}"]
+
+
+def test_k_must_fit_an_int64():
+    with pytest.raises(ValueError, match=r"Argument `k` must be below 2\*\*63"):
+        MultilabelRetrievalAtK(C, k=2**63)
+    with pytest.raises(ValueError, match=r"Argument `k` must be below 2\*\*63"):
+        multilabel_retrieval_at_k(torch.rand(2, C), torch.ones(2, C), k=(1, 2**64))

@@ -1,0 +1,244 @@
+"""The base of every metric class: its options tag and the checkpoint check that reads it.
+
+A metric declares, once and before any other state, the options that change what its states mean or their shapes
+(:meth:`TaggedMetric._declare_options`). They become the constant ``options_tag`` state:
+
+* ``MetricCollection`` shares states between metrics whose states are equal after the first update. Two metrics
+  that differ in an option may agree on one batch (an empty one, say) and differ on the next, so the tag keeps them
+  apart. torchmetrics before 1.7 compares only the *first* state, so the tag comes first. The comparison is
+  ``torch.allclose``: every number is stored as 16-bit pieces, which no relative tolerance can confuse (seeds and
+  large ``k`` or ``ignore_index`` would be "close" as whole numbers).
+* ``load_state_dict`` (of the metric or of a module holding it, ``strict`` or not) refuses a checkpoint made with
+  other options, in one line naming both. Options that only change :meth:`compute` (``average``, ``empty_target``)
+  are not in the tag: the same sums serve each of their values.
+
+The tag never changes (a ``"max"`` reduction keeps it across processes and merges).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+#: First entry of a tag in this layout; the tags of earlier versions start with a tie-rule index (0, 1 or 2).
+TAG_LAYOUT = 1002
+
+_PIECE = 1 << 16
+_PIECES = 4  # an int64 as four 16-bit pieces of its two's complement
+
+
+def _pieces(value: int) -> Tuple[int, ...]:
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{value} does not fit an int64")
+    value &= (1 << 64) - 1
+    return tuple((value >> (16 * i)) & (_PIECE - 1) for i in range(_PIECES))
+
+
+def _join(pieces: Sequence[int]) -> int:
+    value = sum(int(piece) << (16 * i) for i, piece in enumerate(pieces))
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class Option(NamedTuple):
+    """One option of a metric: its name, its value, the tag entries that encode it and how to read them back
+    (``kind``, with the ``choices`` of a named option). Plain data: metrics stay picklable."""
+
+    name: str
+    value: Any
+    codes: Tuple[int, ...]
+    kind: str
+    choices: Tuple[str, ...] = ()
+
+    def decode(self, codes: Tuple[int, ...]) -> Any:
+        """The value that ``codes`` (of a tag of this option) encode."""
+        if self.kind == "choice":
+            return self.choices[codes[0]]
+        if self.kind == "int":
+            return None if codes[0] == 0 else _join(codes[1:])
+        if self.kind == "ints":
+            return tuple(_join(codes[i : i + _PIECES]) for i in range(0, len(codes), _PIECES))
+        return tuple(self.choices[i] for i in codes)  # "names"
+
+
+def choice_option(name: str, value: str, choices: Sequence[str]) -> Option:
+    return Option(name, value, (list(choices).index(value),), "choice", tuple(choices))
+
+
+def int_option(name: str, value: Optional[int]) -> Option:
+    """An integer (any int64) or None."""
+    return Option(name, value, (0,) if value is None else (1,) + _pieces(value), "int")
+
+
+def ints_option(name: str, values: Sequence[int]) -> Option:
+    """A tuple of integers, in order."""
+    return Option(name, tuple(values), tuple(piece for value in values for piece in _pieces(value)), "ints")
+
+
+def names_option(name: str, values: Sequence[str], universe: Sequence[str]) -> Option:
+    """A tuple of names out of ``universe``, in order."""
+    return Option(name, tuple(values), tuple(list(universe).index(v) for v in values), "names", tuple(universe))
+
+
+def encode_tag(options: Sequence[Option]) -> List[int]:
+    tag = [TAG_LAYOUT, len(options)]
+    for option in options:
+        tag += [len(option.codes), *option.codes]
+    return tag
+
+
+def decode_tag(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Tuple[int, ...]]]:
+    """``{option name: codes}`` of a tag in this layout with the same options as ``options``, else None."""
+    if not isinstance(tag, Tensor) or tag.ndim != 1 or tag.dtype != torch.int64:
+        return None
+    values = tag.tolist()
+    if len(values) < 2 or values[0] != TAG_LAYOUT or values[1] != len(options):
+        return None
+    out, at = {}, 2
+    for option in options:
+        if at >= len(values) or at + 1 + values[at] > len(values):
+            return None
+        out[option.name] = tuple(values[at + 1 : at + 1 + values[at]])
+        at += 1 + values[at]
+    return out if at == len(values) else None
+
+
+def _decoded(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Any]]:
+    """``{option name: value}`` of a tag in this layout with the same options as ``options``, else None."""
+    codes = decode_tag(tag, options)
+    try:
+        return None if codes is None else {option.name: option.decode(codes[option.name]) for option in options}
+    except IndexError:  # entries these options cannot hold
+        return None
+
+
+def _describe(values: Dict[str, Any]) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in values.items())
+
+
+class TaggedMetric(Metric):
+    """A ``torchmetrics.Metric`` whose options are in its first state and checked when a checkpoint is loaded."""
+
+    #: States an earlier version kept beside ``options_tag`` (read by :meth:`_legacy_options`, then dropped).
+    _legacy_state_names: Tuple[str, ...] = ()
+
+    _options: Tuple[Option, ...]
+
+    def _declare_options(self, *options: Optional[Option]) -> None:
+        """The options that change the states' meaning or shape (None entries skipped); call before any
+        ``add_state``, so that the tag is the first state."""
+        if self._defaults:
+            raise RuntimeError(f"{type(self).__name__} declares its options before its states")
+        self._options = tuple(option for option in options if option is not None)
+        self.add_state("options_tag", torch.tensor(encode_tag(self._options), dtype=torch.int64), dist_reduce_fx="max")
+
+    def _option_values(self) -> Dict[str, Any]:
+        return {option.name: option.value for option in self._options}
+
+    def _options_changed(self, options: Sequence[Option]) -> None:
+        """Replace the declared options (a value adopted from a checkpoint): the tag follows."""
+        self._options = tuple(options)
+        tag = torch.tensor(encode_tag(self._options), dtype=torch.int64)
+        self.options_tag = tag.to(self.options_tag.device)
+        self._defaults["options_tag"] = tag.to(self._defaults["options_tag"].device)
+
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+        """The options a checkpoint of an earlier version records (``saved(state name)`` gives its states, or
+        None); those it does not record are not compared."""
+        return {}
+
+    def _adoptable(self, name: str, value: Any) -> bool:
+        """Whether a checkpoint's value of option ``name`` may replace this metric's (one the user did not choose,
+        such as a drawn bootstrap seed)."""
+        return False
+
+    def _adopt(self, values: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _checkpoint_check(self, saved: Callable[[str], Any]) -> Tuple[Optional[str], Dict[str, Any]]:
+        """``(refusal, adopted)``: why the checkpoint's states cannot be loaded here (None if they can), and the
+        option values to take from it."""
+        ours = self._option_values()
+        tag = saved("options_tag")
+        theirs = _decoded(tag, self._options)
+        if theirs is not None:
+            differ = [name for name, value in theirs.items() if value != ours[name]]
+        elif isinstance(tag, Tensor) and tag.ndim == 1 and tag.tolist()[:1] == [TAG_LAYOUT]:
+            return "was made by another metric class or with other options (an unknown options_tag)", {}
+        else:
+            theirs = self._legacy_options(saved)
+            differ = [name for name, value in theirs.items() if name in ours and value != ours[name]]
+        adopted = {name: theirs[name] for name in differ if self._adoptable(name, theirs[name])}
+        differ = [name for name in differ if name not in adopted]
+        if differ:
+            return (
+                f"was made with {_describe({n: theirs[n] for n in differ})}; this metric has "
+                f"{_describe({n: ours[n] for n in differ})}"
+            ), {}
+        # The options agree: the states must be there, with this metric's shapes.
+        for name, default in self._defaults.items():
+            if name == "options_tag":
+                continue
+            value = saved(name)
+            if value is None:
+                return f"has no state {name!r} (this metric has {_describe(ours)})", {}
+            if not isinstance(value, Tensor) or value.shape != default.shape:
+                shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}", {}
+        return None, adopted
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict,
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: List[str],
+        unexpected_keys: List[str],
+        error_msgs: List[str],
+    ) -> None:
+        def saved(name: str) -> Any:
+            return state_dict.get(prefix + name)
+
+        names = [*self._defaults, *self._legacy_state_names]
+        if any(prefix + name in state_dict for name in names):
+            refusal, adopted = self._checkpoint_check(saved)
+            if refusal is None:
+                if adopted:
+                    self._adopt(adopted)
+                # This metric's tag stays: an earlier version's layout is never taken in.
+                for name in ("options_tag", *self._legacy_state_names):
+                    state_dict.pop(prefix + name, None)
+            else:
+                where = f" at {prefix[:-1]!r}" if prefix else ""
+                error_msgs.append(
+                    f"{type(self).__name__} checkpoint{where} {refusal}: create the metric with the checkpoint's "
+                    f"options"
+                )
+                # Nothing is loaded; the checkpoint's states of this metric are consumed, not reported again.
+                own = set(self._parameters) | set(self._buffers)
+                for key in [k for k in state_dict if k.startswith(prefix)]:
+                    rest = key[len(prefix) :]
+                    if "." not in rest and rest not in own:
+                        state_dict.pop(key)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """The options in the tag of earlier versions, ``[tie rule, has ignore_index, ignore_index(, num_labels)]``
+    (``ties`` None: the metric has no tie option)."""
+    tag = saved("options_tag")
+    if not isinstance(tag, Tensor) or tag.ndim != 1 or len(tag) not in (3, 4):
+        return {}
+    values = tag.tolist()
+    out: Dict[str, Any] = {}
+    if ties is not None and 0 <= values[0] < len(ties):
+        out["ties"] = ties[values[0]]
+    out["ignore_index"] = values[2] if values[1] else None
+    if len(values) == 4:
+        out["num_labels"] = values[3]
+    return out
