@@ -226,8 +226,10 @@ def add_weighted_sums_(key: Tensor, first_sample: Union[int, Tensor], pairs) -> 
     device = pairs[0][1].device
     # first_sample may be a tensor on the device (a metric's sample counter): added, never read on the host.
     sample = torch.arange(num_rows, dtype=torch.int64, device=device) + first_sample
-    if _compiled(device):
-        # Each sample's k values are k items of groups 0 .. k-1 (one compiled pass; no (B, rows) weights).
+    if device.type == "cpu":
+        # Each sample's k values are k items of groups 0 .. k-1, added by add_class_sums_ (the compiled pass, or torch's
+        # index_add_): sums built one addition after another in stream order, the same bits however the stream was
+        # cut into batches. (The product below adds a block at a time: elsewhere, where no sync is wanted.)
         for out, values in pairs:
             k = values.shape[1]
             items = sample.repeat_interleave(k)

@@ -118,6 +118,7 @@ class _Bootstrap:
         self._seed_drawn = bootstrap_seed is None
         self._counter_name = counter
         self._counter_offset: Optional[Tensor] = None
+        self._forward_base: Optional[Dict[str, Tensor]] = None
         seed = self.bootstrap_seed if self.num_bootstrap else None
         return int_option("num_bootstrap", self.num_bootstrap), int_option("bootstrap_seed", seed)
 
@@ -161,7 +162,14 @@ class _Bootstrap:
         states = []
         for name in names:
             state = getattr(self, name)
-            if state.is_inference() and not torch.is_inference_mode_enabled():
+            base = None if self._forward_base is None else self._forward_base.get(name)
+            if base is not None:
+                # Inside forward: this batch is added onto a copy of the accumulated replicates (and
+                # _reduce_states keeps it as it is), so every replicate's sum stays one addition after another in
+                # stream order: forward draws what update draws, to the bit.
+                state = base
+                setattr(self, name, state)
+            elif state.is_inference() and not torch.is_inference_mode_enabled():
                 state = state.clone()
                 setattr(self, name, state)
             states.append(state)
@@ -173,10 +181,24 @@ class _Bootstrap:
         # back after: the batch's weights must still be those the next update would draw.
         if self.num_bootstrap:
             self._counter_offset = getattr(self, self._counter_name).clone()
+            self._forward_base = {name: getattr(self, name).clone() for name in self._replicate_names()}
         try:
             yield
         finally:
             self._counter_offset = None
+            self._forward_base = None
+
+    def _replicate_names(self) -> Tuple[str, ...]:
+        return tuple(n for n in self._defaults if n.startswith("bootstrap_") and n != self._counter_name)
+
+    def _reduce_states(self, incoming_state: Dict[str, Any]) -> None:
+        # torchmetrics' forward adds the accumulated states to the batch's; the replicates already hold both (see
+        # _writable_states), so they are added to zeros: the same bits.
+        if self._forward_base is not None:
+            incoming_state = dict(incoming_state)
+            for name in self._replicate_names():
+                incoming_state[name] = torch.zeros_like(getattr(self, name))
+        super()._reduce_states(incoming_state)
 
     def _check_bootstrap(self, level: Optional[float] = None) -> None:
         if level is not None:

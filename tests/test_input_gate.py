@@ -1,0 +1,138 @@
+"""Every public function goes through the one input gate: called as a training step calls it, on logits that carry
+gradients; and the bootstrap interval does not depend on how the samples were cut into batches."""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import pytest
+import torch
+from torch import nn
+
+import torch_lwlrap
+from tests.reference import naive_lrap, naive_lwlrap
+from torch_lwlrap import use_engine
+
+REL = 1e-12
+NUM_CLASSES = 7
+
+
+def _calls(logits, y) -> Dict[str, object]:
+    """Every public function, called on ``logits`` as given."""
+    return {
+        "multilabel_lwlrap": torch_lwlrap.multilabel_lwlrap(logits, y),
+        "multilabel_lwlrap_expected": torch_lwlrap.multilabel_lwlrap(logits, y, ties="expected"),
+        "multilabel_lwlrap_per_class": torch_lwlrap.multilabel_lwlrap_per_class(logits, y)[0],
+        "multilabel_lrap": torch_lwlrap.multilabel_lrap(logits, y),
+        "multilabel_lwlrap_ci": torch_lwlrap.multilabel_lwlrap_ci(logits, y, num_bootstrap=100, seed=0).low,
+        "multilabel_lrap_ci": torch_lwlrap.multilabel_lrap_ci(logits, y, num_bootstrap=100, seed=0).high,
+        "compare_lwlrap": torch_lwlrap.compare_lwlrap(logits, logits * 0.5, y, num_bootstrap=100, seed=0).difference,
+        "tie_report": torch.tensor(torch_lwlrap.tie_report(logits, y).lwlrap_expected),
+        "multilabel_ranking_loss": torch_lwlrap.multilabel_ranking_loss(logits, y),
+        "multilabel_coverage_error": torch_lwlrap.multilabel_coverage_error(logits, y),
+        "multilabel_one_error": torch_lwlrap.multilabel_one_error(logits, y),
+        "multilabel_retrieval_at_k": torch_lwlrap.multilabel_retrieval_at_k(logits, y, k=3)["ndcg@3"],
+    }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:lightning")
+@pytest.mark.filterwarnings("ignore::FutureWarning:lightning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:lightning")
+def test_every_public_function_in_a_lightning_training_step(tmp_path):
+    L = pytest.importorskip("lightning")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    g = torch.Generator().manual_seed(0)
+    labels = (torch.rand(48, NUM_CLASSES, generator=g) < 0.3).long()
+    features = labels.float() @ torch.randn(NUM_CLASSES, 5, generator=g) + torch.randn(48, 5, generator=g)
+
+    class Tagger(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(5, NUM_CLASSES)
+            self.train_ci = torch_lwlrap.MultilabelLWLRAP(NUM_CLASSES, num_bootstrap=100, bootstrap_seed=0)
+            self.seen: List[tuple] = []
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            logits = self.net(x)
+            assert logits.requires_grad
+            got = _calls(logits, y)
+            self.seen.append((logits.detach().clone(), y.clone(), got))
+            self.log("train_lwlrap", self.train_ci(logits, y))
+            return nn.functional.binary_cross_entropy_with_logits(logits, y.float())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(features, labels), batch_size=12)
+
+    model = Tagger()
+    start = model.net.weight.detach().clone()
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(model)
+    assert not torch.equal(start, model.net.weight), "the loss lost its graph"
+    assert len(model.seen) == 4
+    for logits, y, got in model.seen:
+        want = _calls(logits, y)  # the same calls on values without gradients
+        for name, value in got.items():
+            assert not value.requires_grad, name
+            torch.testing.assert_close(value, want[name], rtol=0, atol=0, equal_nan=True, msg=name)
+        assert got["multilabel_lwlrap"].item() == pytest.approx(naive_lwlrap(logits.double(), y), rel=REL)
+        assert got["multilabel_lrap"].item() == pytest.approx(naive_lrap(logits.double(), y), rel=REL)
+    low, high = model.train_ci.confidence_interval()
+    all_logits = torch.cat([s[0] for s in model.seen])
+    all_y = torch.cat([s[1] for s in model.seen])
+    interval = torch_lwlrap.multilabel_lwlrap_ci(all_logits, all_y, num_bootstrap=100, seed=0)
+    assert (low.item(), high.item()) == (interval.low.item(), interval.high.item())
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    target = torch.rand(2000, 20, generator=g) < 0.1
+    preds = target * 1.5 + torch.randn(2000, 20, generator=g)
+    target = target.long()
+    target[::13, 3] = -1  # unknown labels
+    weight = torch.rand(2000, generator=g)
+    return preds, target, weight
+
+
+@pytest.mark.parametrize("engine", ["auto", "sort"])
+@pytest.mark.parametrize("num_batches", [1, 4, 37])
+@pytest.mark.parametrize("call", ["update", "forward"])
+def test_the_metric_in_any_batches_gives_the_functions_interval_bit_for_bit(engine, num_batches, call):
+    preds, target, weight = _data()
+    cuts = torch.linspace(0, preds.shape[0], num_batches + 1).long().tolist()
+    with use_engine(engine):
+        lwlrap = torch_lwlrap.multilabel_lwlrap_ci(preds, target, ignore_index=-1, num_bootstrap=300, seed=7)
+        lrap = torch_lwlrap.multilabel_lrap_ci(preds, target, sample_weight=weight, ignore_index=-1,
+                                               num_bootstrap=300, seed=7)
+        metrics = (
+            torch_lwlrap.MultilabelLWLRAP(20, ignore_index=-1, num_bootstrap=300, bootstrap_seed=7),
+            torch_lwlrap.MultilabelLRAP(20, ignore_index=-1, num_bootstrap=300, bootstrap_seed=7),
+        )
+        for start, stop in zip(cuts[:-1], cuts[1:]):
+            batch = (preds[start:stop], target[start:stop])
+            for metric in metrics:
+                extra = {"sample_weight": weight[start:stop]} if isinstance(metric, torch_lwlrap.MultilabelLRAP) else {}
+                getattr(metric, call)(*batch, **extra) if call == "update" else metric(*batch, **extra)
+        for metric, interval in zip(metrics, (lwlrap, lrap)):
+            low, high = metric.confidence_interval()
+            assert (low.item(), high.item()) == (interval.low.item(), interval.high.item()), type(metric).__name__
+            assert metric.compute().item() == pytest.approx(interval.value.item(), rel=REL)
+
+
+def test_extra_dimensions_are_samples_of_the_stream():
+    # (N, C, T) batches: each frame is a sample, its position counted across batches as the function counts it.
+    g = torch.Generator().manual_seed(3)
+    preds = torch.randn(60, 5, 4, generator=g)
+    target = (torch.rand(60, 5, 4, generator=g) < 0.3).long()
+    interval = torch_lwlrap.multilabel_lwlrap_ci(preds, target, num_bootstrap=200, seed=1)
+    metric = torch_lwlrap.MultilabelLWLRAP(5, num_bootstrap=200, bootstrap_seed=1)
+    for start in range(0, 60, 7):
+        metric.update(preds[start:start + 7], target[start:start + 7])
+    assert int(metric.bootstrap_lwlrap_samples) == 60 * 4
+    low, high = metric.confidence_interval()
+    assert (low.item(), high.item()) == (interval.low.item(), interval.high.item())
