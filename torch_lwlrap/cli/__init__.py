@@ -31,8 +31,10 @@ JSON and the plot, ``_environment`` checks and reports on the machine around a r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from typing import Optional, Sequence
+import warnings
+from typing import Iterator, Optional, Sequence
 
 from torch_lwlrap.cli import compare as _compare
 from torch_lwlrap.cli import doctor as _doctor
@@ -98,6 +100,23 @@ def _error(message: str) -> int:
     return 2
 
 
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """The library's warnings (too few replicates, an engine that falls back) as one line each on stderr, in the
+    form of the errors, each message once; filters set by the caller (``-W error``, pytest's) still apply."""
+    shown = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        if text not in shown:
+            shown.add(text)
+            print(f"{PROG}: warning: {text}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit status (0 success, 2 bad file or arguments).
 
@@ -127,7 +146,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     try:
         check_engine_variable()
-        with compile_notice():
+        with compile_notice(), _one_line_warnings():
             return args.run(args)
     except CommandError as err:
         return _error(str(err))
