@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 from tests.reference import exact_sums as reference_exact_sums  # noqa: E402
 from torch_lwlrap import MultilabelLWLRAP  # noqa: E402
 from torch_lwlrap import _triton_kernel as kernel  # noqa: E402
+from benchmarks.triton_aot import compile_for  # noqa: E402
 from torch_lwlrap._ranking import RankingSums, ranking_sums, use_engine  # noqa: E402
 
 PATHS = ("sort", "count", "triton")
@@ -394,7 +395,7 @@ def sweep(device, tiny):
                 fn = lambda: path_sums("triton", preds, target, None, "max", **tuning)  # noqa: E731
                 entry["ms"] = time_call(fn, device, max_repeats=10, budget_s=0.2) * 1e3
                 if arch is not None:
-                    compiled = kernel.compile_for(arch, preds, target, None, **tuning)
+                    compiled = compile_for(arch, preds, target, None, **tuning)
                     entry["registers"] = compiled.registers
                     entry["spills"] = compiled.spill_stores
             except Exception as error:

@@ -20,7 +20,8 @@ from torch_lwlrap import (
     multilabel_lwlrap,
     multilabel_lwlrap_per_class,
 )
-from torch_lwlrap._ranking import RankingSums, _label_counts, _sort_path_dense, _true_indices, use_engine
+from torch_lwlrap._ranking import RankingSums, _label_counts, _true_indices, use_engine
+from torch_lwlrap._torch_paths import _sort_path_dense
 
 TOL = dict(rtol=1e-12, atol=1e-12)
 FUNCTIONS = [multilabel_lwlrap, multilabel_lrap, multilabel_lwlrap_per_class]

@@ -3,7 +3,7 @@
 Triton's interpreter (``tests/test_triton.py``) checks what the kernels compute, but not that they compile: it runs
 the kernel's Python on tensors and does not type-check loops, lower to PTX or assemble. Here each kernel variant a
 launch can ask for is compiled by Triton's NVIDIA back end (LLVM, then its bundled ``ptxas``) for the GPUs users
-run, with the argument specializations of a real launch (:func:`torch_lwlrap._triton_kernel.compile_for`), and the
+run, with the argument specializations of a real launch (:func:`benchmarks.triton_aot.compile_for`), and the
 kernels of the benchmarked cases must not spill registers on the H100. Nothing here runs a kernel.
 
 Run only these tests: ``python -m pytest tests/test_triton_compile.py -q``.
@@ -17,6 +17,7 @@ import re
 import pytest
 import torch
 
+from benchmarks.triton_aot import _specialization, compile_for
 from torch_lwlrap import _triton_kernel as kernel
 from torch_lwlrap._ranking import RankingSums
 
@@ -64,7 +65,7 @@ def check_compiled(compiled, num_samples, num_classes, ties, known, arch):
 @pytest.mark.parametrize("num_classes", [527, 10_000], ids=["rows-527", "tiled-10000"])
 def test_every_variant_compiles_for_the_h100(dtype, ties, known, num_classes):
     preds, positive, known_mask = inputs(64, num_classes, dtype, known=known)
-    compiled = kernel.compile_for(H100, preds, positive, known_mask, ties=ties)
+    compiled = compile_for(H100, preds, positive, known_mask, ties=ties)
     check_compiled(compiled, 64, num_classes, ties, known, H100)
 
 
@@ -76,7 +77,7 @@ def test_every_variant_compiles_for_the_h100(dtype, ties, known, num_classes):
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_every_tile_shape_compiles_for_the_h100(num_samples, num_classes, ties):
     preds, positive, known = inputs(num_samples, num_classes)
-    compiled = kernel.compile_for(H100, preds, positive, known, ties=ties)
+    compiled = compile_for(H100, preds, positive, known, ties=ties)
     check_compiled(compiled, num_samples, num_classes, ties, False, H100)
 
 
@@ -84,7 +85,7 @@ def test_every_tile_shape_compiles_for_the_h100(num_samples, num_classes, ties):
 @pytest.mark.parametrize("num_classes, dtype", [(527, torch.float32), (10_000, torch.bfloat16)], ids=["rows", "tiled"])
 def test_the_kernels_compile_for_every_supported_gpu(arch, num_classes, dtype):
     preds, positive, known = inputs(64, num_classes, dtype, known=True)
-    compiled = kernel.compile_for(arch, preds, positive, known, ties="index")
+    compiled = compile_for(arch, preds, positive, known, ties="index")
     check_compiled(compiled, 64, num_classes, "index", True, arch)
 
 
@@ -94,12 +95,12 @@ def test_strided_inputs_compile():
     preds = torch.zeros(700 * 64 + 1)[1:].view(700, 64).t()[:, :527]
     positive = torch.zeros(1, 527, dtype=torch.bool).expand(64, 527)
     known = torch.ones(64, 529, dtype=torch.bool)[:, 1:528]
-    signature, constexprs, attrs = kernel._specialization(_launch(preds, positive, known))
+    signature, constexprs, attrs = _specialization(_launch(preds, positive, known))
     assert signature["stride_pr"] == "constexpr" and constexprs["stride_pr"] == 1
     assert signature["stride_pc"] == "i32" and attrs[(11,)] == [["tt.divisibility", 16]]  # 64
     assert signature["stride_tr"] == "i32" and attrs[(12,)] == [["tt.divisibility", 16]]  # 0: an ordinary value
     assert (0,) not in attrs and (2,) not in attrs and (1,) in attrs
-    compiled = kernel.compile_for(H100, preds, positive, known, ties="max")
+    compiled = compile_for(H100, preds, positive, known, ties="max")
     check_compiled(compiled, 64, 527, "max", True, H100)
 
 
@@ -113,7 +114,7 @@ def test_benchmarked_kernels_do_not_spill_registers_on_the_h100(num_classes, dty
     # The goal cases of the benchmark suite (C = 80, 527 and 10,000): a spill to local memory in the kernel's
     # loop would cost a trip to memory per positive.
     preds, positive, known_mask = inputs(1024, num_classes, dtype, known=known)
-    compiled = kernel.compile_for(H100, preds, positive, known_mask, ties="max")
+    compiled = compile_for(H100, preds, positive, known_mask, ties="max")
     assert (compiled.spill_stores, compiled.spill_loads, compiled.stack_bytes) == (0, 0, 0), compiled._replace(
         cubin=b"...", ptx="..."
     )
@@ -125,7 +126,7 @@ def test_default_tiles_do_not_spill_registers_on_the_h100(num_classes, known):
     # float32 scores and the default tie rule, at every tile shape the defaults choose. (ptxas spills a few dozen
     # bytes in some ties="index" and float64 variants, at 80 registers or more: see RESULTS.md.)
     preds, positive, known_mask = inputs(4096, num_classes, known=known)
-    compiled = kernel.compile_for(H100, preds, positive, known_mask, ties="max")
+    compiled = compile_for(H100, preds, positive, known_mask, ties="max")
     allowed = _known_spill(compiled.kernel_name, num_classes, known)
     assert (compiled.spill_stores, compiled.spill_loads) == allowed, compiled._replace(cubin=b"...", ptx="...")
 
@@ -147,7 +148,7 @@ def _known_spill(kernel_name, num_classes, known):
 @pytest.mark.parametrize("prefetch", [False, True])
 def test_both_rows_kernel_variants_compile(prefetch):
     preds, positive, known = inputs(64, 527, known=True)
-    compiled = kernel.compile_for(H100, preds, positive, known, ties="index", prefetch=prefetch)
+    compiled = compile_for(H100, preds, positive, known, ties="index", prefetch=prefetch)
     assert compiled.constexprs["PREFETCH"] is prefetch
 
 
@@ -155,14 +156,14 @@ def test_both_rows_kernel_variants_compile(prefetch):
 def test_precision_is_one_correctly_rounded_division_and_no_atomics(num_classes):
     # hits / rank in float64 with IEEE rounding, as on the CPU paths: per-label precisions agree to the bit.
     # No atomics: the per-class sums are added in a fixed order, so every run on a GPU gives the same bits.
-    compiled = kernel.compile_for(H100, *inputs(64, num_classes, known=True))
+    compiled = compile_for(H100, *inputs(64, num_classes, known=True))
     assert re.findall(r"\b(?:div|rcp)\.[\w.]+", compiled.ptx) == ["div.rn.f64"]
     assert not re.findall(r"\b(?:atom|red)\.", compiled.ptx)
 
 
 def test_empty_batch_has_nothing_to_compile():
     with pytest.raises(ValueError, match=r"empty batch of shape \(0, 5\)"):
-        kernel.compile_for(H100, *inputs(0, 5))
+        compile_for(H100, *inputs(0, 5))
 
 
 def _launch(preds, positive, known, ties="max"):
@@ -197,7 +198,7 @@ def test_specialization_matches_the_triton_launcher(make):
     want_constexprs = {names[path[0]]: value for path, value in constexprs.items()}
     want_attrs = {path: value for path, value in attrs.items() if value}
 
-    got_signature, got_constexprs, got_attrs = kernel._specialization(launch)
+    got_signature, got_constexprs, got_attrs = _specialization(launch)
     assert got_signature == signature
     assert got_constexprs == want_constexprs
     assert got_attrs == want_attrs

@@ -17,7 +17,8 @@ The tag never changes (a ``"max"`` reduction keeps it across processes and merge
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -242,3 +243,58 @@ def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Di
     if len(values) == 4:
         out["num_labels"] = values[3]
     return out
+
+
+# Helpers every metric's update, forward and compute share.
+
+
+def _check_device(metric: Metric, preds: Any) -> None:
+    device = metric.device
+    if isinstance(preds, Tensor) and preds.device != device:
+        raise ValueError(
+            f"Argument `preds` is on {preds.device} but the state of {type(metric).__name__} is on {device}: "
+            f"move the metric with `.to({str(preds.device)!r})` or the inputs with `.to({str(device)!r})`."
+        )
+
+
+@contextlib.contextmanager
+def _values_checked(metric: Metric) -> Iterator[None]:
+    """Skip the value checks of ``update`` inside the block: the batch was checked already."""
+    validate_args = metric.validate_args
+    metric.validate_args = False
+    try:
+        yield
+    finally:
+        metric.validate_args = validate_args
+
+
+def _apply_keeping_float64(metric: Metric, fn: Callable, exclude_state: Sequence[str], names: Tuple[str, ...]):
+    """``Metric._apply`` that moves the float64 sums ``names`` across devices but never changes their dtype.
+
+    torchmetrics guards its states against ``.half()`` or ``.float()`` but not against ``.to(dtype)``, which
+    mixed-precision trainers call on whole models (``model.to(torch.bfloat16)``): cast sums would be rounded at
+    every update. Only an explicit ``set_dtype`` converts them.
+    """
+    extra = (exclude_state,) if exclude_state else ()
+    if metric._dtype_convert:
+        return Metric._apply(metric, fn, *extra)
+    saved = {name: (getattr(metric, name), metric._defaults[name]) for name in names if name not in exclude_state}
+    this = Metric._apply(metric, fn, *extra)
+    for name, (value, default) in saved.items():  # the sums as they were, on the device fn moved them to
+        setattr(this, name, value.to(getattr(this, name).device))
+        this._defaults[name] = default.to(this._defaults[name].device)
+    return this
+
+
+def _synced(metric: Metric):
+    """The states synced across processes exactly as ``compute`` syncs them (same function and switches), for
+    methods that read the states outside ``compute``."""
+    return metric.sync_context(
+        dist_sync_fn=metric.dist_sync_fn, should_sync=metric._to_sync, should_unsync=metric._should_unsync
+    )
+
+
+def _process_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

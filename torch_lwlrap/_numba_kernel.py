@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import SCORE_DTYPES, check_kernel_args
+from torch_lwlrap._kernel_contract import SCORE_DTYPES, check_kernel_args
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 
 #: Rows per block: the unit of work of one thread, and of one row of the class-sum workspace.

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._tie_rules import _SERIES_BELOW, _SERIES_TERMS, _SMALL, _TAIL_COEFFICIENTS, _tables
 
 from torch_lwlrap._numba_runtime import numba, serial_kernel
 
@@ -26,21 +25,32 @@ def available() -> bool:
     return numba is not None
 
 
-def expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:
+def expected_precision(
+    above: Tensor,
+    above_positive: Tensor,
+    tied: Tensor,
+    tied_positive: Tensor,
+    *,
+    s_table: Tensor,
+    t_table: Tensor,
+    small: int,
+    coefficients,
+    series_terms: int,
+    series_below: float,
+) -> Tensor:
     """float64 ``"expected"`` precision of each entry of the integer CPU counts (four tensors of one shape):
     ``(A_p + 1) / (A + 1)`` where ``g <= 1`` (no tie; 0 labels: not a positive, masked by the caller), else the
-    closed form."""
+    closed form, from the tables and constants of :mod:`torch_lwlrap._tie_rules` (its caller), which are arguments
+    here: numba would otherwise freeze another module's globals into its disk cache."""
     shapes = {tuple(field.shape) for field in (above, above_positive, tied, tied_positive)}
     if len(shapes) != 1:
         raise ValueError(f"The four counts must have one shape, but got shapes {sorted(shapes)}.")
-    s_table, t_table = (table.numpy() for table in _tables(torch.device("cpu")))
     fields = [field.reshape(-1).to(torch.int32).contiguous().numpy() for field in (above, above_positive, tied,
                                                                                   tied_positive)]
     out = torch.empty(above.shape, dtype=torch.float64)
     if out.numel():
-        # The constants are arguments, not globals: numba would freeze another module's globals into its disk cache.
-        _expected_precisions(*fields, s_table, t_table, _SMALL, np.asarray(_TAIL_COEFFICIENTS), _SERIES_TERMS,
-                             _SERIES_BELOW, out.view(-1).numpy())
+        _expected_precisions(*fields, s_table.numpy(), t_table.numpy(), small, np.asarray(coefficients),
+                             series_terms, series_below, out.view(-1).numpy())
     return out
 
 

@@ -23,6 +23,8 @@ from typing import Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap import _numba_counts
+from torch_lwlrap._checks import formatted_chunks
 from torch_lwlrap._ranking import (
     LabelCounts,
     _true_indices,
@@ -126,8 +128,6 @@ def positive_counts_chunks(
         for first, counts in label_counts_chunks(preds, target, ignore_index):
             yield first, positive_entries(counts)
         return
-    from torch_lwlrap import _numba_counts
-    from torch_lwlrap._checks import formatted_chunks
 
     # Compact outputs take O(P): chunks as large as the formatting budget allows (few calls, little overhead).
     first = 0

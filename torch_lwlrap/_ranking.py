@@ -49,11 +49,7 @@ of theirs), for :func:`label_precision`.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
-import math
-import os
 import sys
 import threading
 import warnings
@@ -63,7 +59,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import KERNEL_TIES
+from torch_lwlrap import _numba_counts, _numba_kernel, _triton_kernel
+from torch_lwlrap._checks import KERNEL_TIES, formatted_chunks
 from torch_lwlrap._engine_config import (  # noqa: F401 - the engine setting, re-exported where it always was
     ENGINE_VARIABLE,
     ENGINES,
@@ -73,52 +70,22 @@ from torch_lwlrap._engine_config import (  # noqa: F401 - the engine setting, re
     use_engine,
 )
 from torch_lwlrap._tie_rules import LabelCounts, label_precision
+from torch_lwlrap._torch_paths import (  # noqa: F401 - the torch paths and their budgets, re-exported
+    CHUNK_ELEMENTS,
+    COUNT_MAX_DENSITY,
+    CPU_CHUNK_ELEMENTS,
+    CPU_PASS_ELEMENTS,
+    _block_rows,
+    _count_path,
+    _label_counts,
+    _masked_scores,
+    _sort_path,
+    _true_indices,
+    choose_engine,
+)
+from torch_lwlrap._types import RankingSums, ScoresContainNaN  # noqa: F401 - re-exported
 
 __all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "use_engine"]
-
-#: Scores ranked per chunk: the workspace is a few dozen bytes per score, so about 100 MB on the sort path.
-CHUNK_ELEMENTS = 1 << 21
-
-#: Without a compiled path, ``"auto"`` ranks CPU tensors with the sort-free ``"count"`` path while
-#: ``positives / (N * log2(C))`` stays below this, else with ``"sort"``: counting costs a pass over the row per
-#: positive, sorting about ``log2(C)`` passes. The crossover measured by ``benchmarks/crossover.py`` on 2 CPU cores
-#: lies between 6 and 15 for C from 80 to 10,000.
-COUNT_MAX_DENSITY = 8.0
-
-
-class RankingSums(NamedTuple):
-    """Sums of label precisions ``L_ij / rank_ij`` over the positives of a batch."""
-
-    class_precision_sum: Tensor  #: (C,) float64, summed over samples
-    class_label_count: Tensor  #: (C,) int64, positives per class
-    sample_precision_sum: Tensor  #: (N,) float64, summed over classes
-    sample_label_count: Tensor  #: (N,) int64, positives per sample
-    sample_known_count: Tensor  #: (N,) int64, labels per sample that are not ignored
-
-    @classmethod
-    def for_kernel(cls, num_samples: int, num_classes: int, device=None) -> "RankingSums":
-        """Outputs for a compiled kernel: class sums zeroed (kernels add to them), per-sample ones uninitialized
-        (kernels overwrite them)."""
-        return cls(
-            torch.zeros(num_classes, dtype=torch.float64, device=device),
-            torch.zeros(num_classes, dtype=torch.int64, device=device),
-            torch.empty(num_samples, dtype=torch.float64, device=device),
-            torch.empty(num_samples, dtype=torch.int64, device=device),
-            torch.empty(num_samples, dtype=torch.int64, device=device),
-        )
-
-
-def choose_engine(num_samples: int, num_classes: int, num_positives: int) -> str:
-    """The path ``"auto"`` takes for a batch with these sizes."""
-    if num_classes <= 2:
-        return "count"
-    density = num_positives / (max(num_samples, 1) * math.log2(num_classes))
-    return "count" if density < COUNT_MAX_DENSITY else "sort"
-
-
-class ScoresContainNaN(ValueError):
-    """Raised by :func:`ranking_sums` with ``check_nan=True`` when a score is NaN."""
-
 
 class EngineFallbackWarning(RuntimeWarning):
     """A compiled engine path failed or cannot run, and the batch was ranked on a torch path instead.
@@ -166,8 +133,6 @@ def _warn_unavailable(engine: str, device: torch.device) -> None:
     """Warn (once per cause) that a compiled path cannot rank these tensors where one was expected: the path was
     forced (``TORCH_LWLRAP_ENGINE`` or :func:`use_engine`), or ``"auto"`` meets a Triton that fails to import."""
     if engine == "numba":
-        from torch_lwlrap import _numba_kernel
-
         if device.type == "meta":
             return  # shapes only: tests of syncs and memory force paths on meta tensors
         if device.type != "cpu":
@@ -178,8 +143,6 @@ def _warn_unavailable(engine: str, device: torch.device) -> None:
         else:
             return
     else:  # "triton", or "auto" on a device other than the CPU
-        from torch_lwlrap import _triton_kernel
-
         if device.type not in _triton_kernel.GPU_DEVICE_TYPES:
             if engine == "auto" or device.type == "meta":
                 return  # auto on a device Triton never serves; meta tensors in tests of syncs and memory
@@ -281,304 +244,13 @@ def _compiled_path(engine: str, device: torch.device, dtype: torch.dtype):
     ``"numba"`` and ``"triton"`` force theirs, and fall back to the torch ``"sort"`` path where it cannot run.
     """
     if engine == "numba" or (engine == "auto" and device.type == "cpu"):
-        from torch_lwlrap import _numba_kernel
-
         if _numba_kernel.is_available(device, dtype):
             return "numba", functools.partial(_numba_kernel.ranking_sums_numba, chunk_elements=forced_chunk_elements())
     if (engine == "triton" or (engine == "auto" and device.type == "cuda")) and _triton_failure is None:
-        from torch_lwlrap import _triton_kernel
-
         if _triton_kernel.is_available(device, dtype):
             return "triton", _triton_kernel.ranking_sums_triton
     return None, None
 
-
-def _label_counts(positive: Tensor, known: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(positives per class, positives per sample, known labels per sample)``, int64, counted a block at a time.
-
-    torch casts a whole bool tensor to the accumulation dtype before summing it (8 bytes per label for int64):
-    blocks of rows keep that copy small.
-    """
-    num_samples, num_classes = positive.shape
-    device = positive.device
-    class_count = torch.zeros(num_classes, dtype=torch.int64, device=device)
-    sample_count = torch.empty(num_samples, dtype=torch.int64, device=device)
-    if known is None:
-        known_count = torch.full((num_samples,), num_classes, dtype=torch.int64, device=device)
-    else:
-        known_count = torch.empty(num_samples, dtype=torch.int64, device=device)
-    rows = _block_rows(num_classes, device)
-    for start in range(0, num_samples, rows):
-        block = positive[start : start + rows]
-        class_count += block.sum(0, dtype=torch.int64)
-        torch.sum(block, 1, dtype=torch.int64, out=sample_count[start : start + rows])
-        if known is not None:
-            torch.sum(known[start : start + rows], 1, dtype=torch.int64, out=known_count[start : start + rows])
-    return class_count, sample_count, known_count
-
-
-def _sort_path(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, sums: RankingSums) -> None:
-    if preds.device.type != "cpu":
-        _sort_path_dense(preds, positive, known, ties, sums)
-        return
-    # CPU: sort each row, then look up only the positives' scores in it. Blocks without a positive are skipped.
-    num_samples, num_classes = preds.shape
-    rows_per_block = _block_rows(num_classes, preds.device)
-    for start in range(0, num_samples, rows_per_block):
-        stop = min(start + rows_per_block, num_samples)
-        known_block = None if known is None else known[start:stop]
-        # Unknown labels: -inf for "max" (sorted first, taken off below), NaN for "index" (sorted first).
-        fill = float("-inf") if ties == "max" else float("nan")
-        scores = _masked_scores(preds[start:stop].contiguous(), known_block, fill)
-        found = _block_positives(scores, positive[start:stop])
-        if found is None:
-            continue
-        unknown = None if known_block is None else num_classes - known_block.sum(1, dtype=torch.int64)
-        if ties == "max":
-            ascending = torch.sort(scores, dim=1).values
-            rank = num_classes - torch.searchsorted(ascending, found.table, side="left")
-            if unknown is not None:
-                rank -= torch.where(found.table == float("-inf"), unknown.unsqueeze(1), 0)
-            rank = rank.view(-1).index_select(0, found.cells)
-        else:
-            # Stable descending sort: tied scores keep column order; the rank is the position in it.
-            order = torch.sort(scores, dim=1, descending=True, stable=True).indices
-            position = torch.empty_like(order).scatter_(
-                1, order, torch.arange(1, num_classes + 1, device=order.device).expand_as(order)
-            )
-            rank = position.view(-1).index_select(0, found.rows * num_classes + found.cols)
-            if unknown is not None:
-                rank -= unknown.index_select(0, found.rows)
-        _add_precisions(sums, start, found, _positive_hits(found.table, found.per_row, ties), rank)
-
-
-def _sort_path_dense(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, sums: RankingSums) -> None:
-    # Whole-matrix formulation without host syncs, for devices other than the CPU.
-    num_samples, num_classes = preds.shape
-    rows = _block_rows(num_classes, preds.device)
-    position = torch.arange(num_classes, device=preds.device)
-    for start in range(0, num_samples, rows):
-        stop = min(start + rows, num_samples)
-        scores = preds[start:stop]
-        # Descending and stable: among tied scores the lower column comes first (the "index" rule).
-        sorted_scores, order = torch.sort(scores, dim=1, descending=True, stable=True)
-        positive_sorted = positive[start:stop].gather(1, order)
-        hits = positive_sorted.cumsum(1, dtype=torch.int32)
-        if known is None:
-            seen = position.to(torch.int32) + 1
-        else:
-            seen = known[start:stop].gather(1, order).cumsum(1, dtype=torch.int32)
-        if ties == "max":
-            # Each label takes the counts at the last position of its tie group.
-            last_of_group = torch.ones_like(positive_sorted)
-            last_of_group[:, :-1] = sorted_scores[:, 1:] != sorted_scores[:, :-1]
-            group_end = torch.where(last_of_group, position, num_classes - 1)
-            group_end = group_end.flip(1).cummin(1).values.flip(1)
-            hits = hits.gather(1, group_end)
-            seen = seen.expand_as(hits).gather(1, group_end)
-        precision = torch.where(
-            positive_sorted, hits.to(torch.float64) / seen.clamp(min=1).to(torch.float64), 0.0
-        )
-        # Back to column order: deterministic reductions, no atomics.
-        precision = torch.zeros_like(precision).scatter_(1, order, precision)
-        sums.class_precision_sum.add_(precision.sum(0))
-        sums.sample_precision_sum[start:stop] = precision.sum(1)
-
-
-def _count_path(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, sums: RankingSums) -> None:
-    # For each positive, count the row's scores ranked at or above it. The row's positives are laid out in "slots"
-    # (first, second, ... positive of the row, in column order); one pass per slot compares rows with their slot's
-    # score, writing 0/1 floats that are summed (much faster on CPU than reducing bools). Positives in slots that
-    # few rows use are counted on a gathered copy of their row instead.
-    num_samples, num_classes = preds.shape
-    rows_per_block = _block_rows(num_classes, preds.device)
-    rows_per_pass = rows_per_block
-    if preds.device.type == "cpu":
-        rows_per_pass = max(1, min(rows_per_block, CPU_PASS_ELEMENTS // max(num_classes, 1)))
-    count_dtype = torch.float32 if num_classes < (1 << 24) else torch.float64  # 0/1 sums stay exact
-    for start in range(0, num_samples, rows_per_block):
-        stop = min(start + rows_per_block, num_samples)
-        known_block = None if known is None else known[start:stop]
-        # Unknown labels become NaN, which compares False: they are never ranked above a positive.
-        scores = _masked_scores(preds[start:stop].contiguous(), known_block, float("nan"))
-        found = _block_positives(scores, positive[start:stop])
-        if found is None:
-            continue
-        block_rows = stop - start
-        # Slot m is used by the rows with more than m positives.
-        rows_using_slot = block_rows - torch.bincount(found.per_row).cumsum(0)
-        num_passes = int((rows_using_slot >= _PASS_MIN_SHARE * block_rows).sum())
-        rank = torch.empty(found.rows.shape, dtype=torch.int64, device=scores.device)
-        in_pass = found.slots < num_passes
-        if num_passes:
-            at_or_above = torch.empty((num_passes, block_rows), dtype=count_dtype, device=scores.device)
-            above = torch.empty_like(at_or_above) if ties == "index" else None
-            buffer = torch.empty((min(rows_per_pass, block_rows), num_classes), dtype=count_dtype, device=scores.device)
-            for first in range(0, block_rows, rows_per_pass):
-                last = min(first + rows_per_pass, block_rows)
-                part, written = scores[first:last], buffer[: last - first]
-                for slot in range(num_passes):
-                    threshold = found.table[first:last, slot : slot + 1]
-                    torch.ge(part, threshold, out=written)
-                    torch.sum(written, 1, out=at_or_above[slot, first:last])
-                    if above is not None:
-                        torch.gt(part, threshold, out=written)
-                        torch.sum(written, 1, out=above[slot, first:last])
-            counted = in_pass.nonzero().squeeze(1)
-            where = (found.slots * block_rows + found.rows).index_select(0, counted)
-            at_or_above_rank = at_or_above.view(-1).index_select(0, where).to(torch.int64)
-            if above is None:
-                rank[counted] = at_or_above_rank
-            else:
-                # A score tied with no other has the same rank under both rules; a tied one is counted again on
-                # its gathered row.
-                strictly = above.view(-1).index_select(0, where).to(torch.int64)
-                rank[counted] = strictly + 1
-                in_pass[counted[at_or_above_rank - strictly > 1]] = False
-        gathered = (~in_pass).nonzero().squeeze(1)
-        if gathered.numel():
-            rank[gathered] = _gathered_ranks(
-                scores,
-                found.rows.index_select(0, gathered),
-                found.cols.index_select(0, gathered),
-                found.value.index_select(0, gathered),
-                ties,
-                rows_per_pass,
-                count_dtype,
-            )
-        _add_precisions(sums, start, found, _positive_hits(found.table, found.per_row, ties), rank)
-
-
-#: Scores per block of rows on CPU (the workspace is a few dozen bytes per score). :data:`CHUNK_ELEMENTS` applies
-#: to other devices.
-CPU_CHUNK_ELEMENTS = 1 << 22
-
-#: Count path on CPU: scores compared per pass, sized for the block and its 0/1 buffer to stay in the core's cache
-#: (measured with ``benchmarks/``).
-CPU_PASS_ELEMENTS = 1 << 17
-
-#: Count path: a slot gets its own pass over the block when at least this share of the block's rows use it; the
-#: rows of rarer slots are gathered and counted one positive at a time.
-_PASS_MIN_SHARE = 0.5
-
-
-def _block_rows(num_classes: int, device: torch.device) -> int:
-    budget = forced_chunk_elements() or (CPU_CHUNK_ELEMENTS if device.type == "cpu" else CHUNK_ELEMENTS)
-    return max(1, budget // max(num_classes, 1))
-
-
-def _masked_scores(scores: Tensor, known: Optional[Tensor], fill: float) -> Tensor:
-    return scores if known is None else scores.masked_fill(~known, fill)
-
-
-def _true_indices(mask: Tensor) -> Tensor:
-    """Row-major flat indices of the True entries of a bool tensor, as ``mask.reshape(-1).nonzero()[:, 0]``.
-
-    On CPU, torch's ``nonzero`` costs per element scanned: scan 8-byte words first, then the bytes of the words
-    that are not zero (labels are sparse).
-    """
-    flat = mask.reshape(-1)
-    size = flat.numel()
-    if flat.device.type != "cpu" or size < 1024:
-        return flat.nonzero().squeeze(1)
-    head = min((-flat.storage_offset()) % 8, size)
-    tail = head + (size - head) // 8 * 8
-    body = flat[head:tail]
-    words = body.view(torch.int64).nonzero().squeeze(1)
-    inside = body.view(-1, 8).index_select(0, words).nonzero()
-    found = words.index_select(0, inside[:, 0]).mul_(8).add_(inside[:, 1]).add_(head)
-    return torch.cat([flat[:head].nonzero().squeeze(1), found, flat[tail:].nonzero().squeeze(1).add_(tail)])
-
-
-class _Positives(NamedTuple):
-    """The positives of a block of rows, in row-major order."""
-
-    rows: Tensor  #: (P,) int64, row in the block
-    cols: Tensor  #: (P,) int64, column
-    value: Tensor  #: (P,) the positive's score
-    slots: Tensor  #: (P,) int64, position among the row's positives (column order)
-    cells: Tensor  #: (P,) int64, ``rows * K + slots``: flat index into a ``(rows, K)`` table
-    table: Tensor  #: (rows, K) the scores of the positives by slot, padded with NaN (which compares False)
-    per_row: Tensor  #: (rows,) int64, positives per row
-
-
-def _block_positives(scores: Tensor, positive: Tensor) -> Optional[_Positives]:
-    """The positives of a block of rows (``scores`` contiguous), or None without any."""
-    num_rows, num_classes = scores.shape
-    flat = _true_indices(positive)
-    if flat.numel() == 0:
-        return None
-    rows = flat.div(num_classes, rounding_mode="floor")
-    cols = flat - rows * num_classes
-    per_row = torch.bincount(rows, minlength=num_rows)
-    first = per_row.cumsum(0) - per_row
-    slots = torch.arange(rows.numel(), device=rows.device) - first.index_select(0, rows)
-    width = int(per_row.max())
-    cells = rows * width + slots
-    # Flat index_select / index_copy_: much cheaper than advanced indexing on CPU.
-    value = scores.reshape(-1).index_select(0, flat)
-    table = torch.full((num_rows * width,), float("nan"), dtype=scores.dtype, device=scores.device)
-    table = table.index_copy_(0, cells, value).view(num_rows, width)
-    return _Positives(rows, cols, value, slots, cells, table, per_row)
-
-
-def _positive_hits(table: Tensor, per_row: Tensor, ties: str) -> Tensor:
-    """``L`` for every slot of ``table``: how many of the row's positives rank at or above it (its own included).
-
-    Padding is NaN: it compares False, sorts last ascending and first descending.
-    """
-    width = table.shape[1]
-    if width <= 16:
-        this, other = table.unsqueeze(2), table.unsqueeze(1)
-        if ties == "max":
-            ahead = other >= this
-        else:
-            slot = torch.arange(width, device=table.device)
-            ahead = (other > this) | ((other == this) & (slot <= slot.unsqueeze(1)))
-        return ahead.sum(2)
-    if ties == "max":
-        # searchsorted needs the padding sorted as the largest value: +inf, which is never below a positive.
-        ascending = torch.sort(table.masked_fill(table.isnan(), float("inf")), dim=1).values
-        return per_row.unsqueeze(1) - torch.searchsorted(ascending, table, side="left")
-    # Stable descending sort: tied scores keep slot (column) order; the padding comes first.
-    order = torch.sort(table, dim=1, descending=True, stable=True).indices
-    position = torch.empty_like(order).scatter_(
-        1, order, torch.arange(1, width + 1, device=order.device).expand_as(order)
-    )
-    return position - (width - per_row.unsqueeze(1))
-
-
-def _gathered_ranks(
-    scores: Tensor, rows: Tensor, cols: Tensor, value: Tensor, ties: str, rows_per_chunk: int, count_dtype: torch.dtype
-) -> Tensor:
-    """Ranks of single positives, each counted on a gathered copy of its row."""
-    rank = torch.empty(rows.shape, dtype=torch.int64, device=rows.device)
-    column = torch.arange(scores.shape[1], device=scores.device)
-    for start in range(0, rows.numel(), rows_per_chunk):
-        part = slice(start, start + rows_per_chunk)
-        row_scores = scores.index_select(0, rows[part])
-        threshold = value[part].unsqueeze(1)
-        if ties == "max" and row_scores.dtype == count_dtype:
-            # 0/1 written over the copy and summed as floats: faster than reducing bools.
-            torch.ge(row_scores, threshold, out=row_scores)
-            rank[part] = row_scores.sum(1).to(torch.int64)
-        elif ties == "max":
-            rank[part] = (row_scores >= threshold).sum(1)
-        else:
-            ahead = (row_scores > threshold) | ((row_scores == threshold) & (column <= cols[part].unsqueeze(1)))
-            rank[part] = ahead.sum(1)
-    return rank
-
-
-def _add_precisions(sums: RankingSums, start: int, found: _Positives, hits_table: Tensor, rank: Tensor) -> None:
-    hits = hits_table.reshape(-1).index_select(0, found.cells)
-    precision = hits.to(torch.float64) / rank.to(torch.float64)
-    sums.class_precision_sum.index_add_(0, found.cols, precision)
-    sums.sample_precision_sum[start:].index_add_(0, found.rows, precision)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Per-positive counts
 
 #: Scores per chunk of :func:`label_counts_chunks`: its seven dense ``(n, C)`` outputs take 25 bytes per score and the
 #: sort's workspace a few dozen more.
@@ -605,8 +277,6 @@ def label_counts_chunks(
         >>> label_precision(counts, "max").tolist()  # (A_p + p) / (A + g)
         [[0.0, 0.5, 0.0, 0.5, 0.6]]
     """
-    from torch_lwlrap._checks import formatted_chunks
-
     budget = forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS
     name = _compiled_path(get_engine(), preds.device, preds.dtype)[0]
     first_row = 0
@@ -632,8 +302,6 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
         positive = positive & known
     if _compiled_path(get_engine(), preds.device, preds.dtype)[0] != "numba":
         return dense_label_counts(preds, positive, known)
-    from torch_lwlrap import _numba_counts
-
     num_samples, num_classes = preds.shape
     dense = [torch.zeros(num_samples * num_classes, dtype=torch.int32) for _ in LabelCounts._fields[1:]]
     for block in _numba_counts.label_counts_numba(preds, positive, known)[1]:
@@ -739,8 +407,6 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
     num_samples, num_classes = preds.shape
     device = preds.device
     if _compiled_path(get_engine(), device, preds.dtype)[0] == "numba":
-        from torch_lwlrap import _numba_counts
-
         known_count, compact = _numba_counts.label_counts_numba(
             preds, positive, known, check_nan=check_nan, defer_untied=True
         )

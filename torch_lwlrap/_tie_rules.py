@@ -37,6 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap import _numba_rules
 from torch_lwlrap._engine_config import compiled_cpu_allowed
 from torch_lwlrap._options import TIES
 
@@ -88,9 +89,11 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
         precision = (above_positive + counts.tied_positive_before + 1) / (above + counts.tied_before + 1)
     elif ties == "expected":
         if _compiled_on_cpu(counts.above):
-            from torch_lwlrap import _numba_rules
-
-            precision = _numba_rules.expected_precision(*counts[1:5])
+            s_table, t_table = _tables(torch.device("cpu"))
+            precision = _numba_rules.expected_precision(
+                *counts[1:5], s_table=s_table, t_table=t_table, small=_SMALL, coefficients=_TAIL_COEFFICIENTS,
+                series_terms=_SERIES_TERMS, series_below=_SERIES_BELOW,
+            )
             return torch.where(counts.positive, precision, 0.0)
         precision = (above_positive + 1) / (above + 1)  # the value without a tie (g = 1)
         if precision.device.type == "cpu":
@@ -113,11 +116,7 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
 def _compiled_on_cpu(counts: Tensor) -> bool:
     """Whether ``"expected"`` is evaluated by the compiled pass of :mod:`torch_lwlrap._numba_rules`: CPU counts,
     numba installed and the engine free to use it (``"auto"`` or ``"numba"``; the torch paths stay torch only)."""
-    if counts.device.type != "cpu" or not compiled_cpu_allowed():
-        return False
-    from torch_lwlrap import _numba_rules
-
-    return _numba_rules.available()
+    return counts.device.type == "cpu" and compiled_cpu_allowed() and _numba_rules.available()
 
 
 def _expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:

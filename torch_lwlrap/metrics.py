@@ -13,7 +13,6 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Uni
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
 from torch_lwlrap._checks import (
     TIES,
@@ -23,7 +22,17 @@ from torch_lwlrap._checks import (
     check_ties,
 )
 from torch_lwlrap import _bootstrap
-from torch_lwlrap._metric_base import TaggedMetric, choice_option, int_option, legacy_tag
+from torch_lwlrap._metric_base import (
+    TaggedMetric,
+    _apply_keeping_float64,
+    _check_device,
+    _process_rank,
+    _synced,
+    _values_checked,
+    choice_option,
+    int_option,
+    legacy_tag,
+)
 from torch_lwlrap._ranking import TIE_SUM_RULES, TieSums
 from torch_lwlrap._tie_report import TieReport, tie_sums_update
 from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
@@ -35,6 +44,7 @@ from torch_lwlrap.functional import (
     _lwlrap_per_class,
     _lwlrap_update,
 )
+from torch_lwlrap.plot import plot_per_class, plot_values
 from torch_lwlrap.intervals import (
     _lrap_bootstrap_update,
     _lrap_replicates,
@@ -43,58 +53,6 @@ from torch_lwlrap.intervals import (
 )
 
 __all__ = ["MultilabelLWLRAP", "MultilabelLRAP", "MultilabelTieReport"]
-
-
-def _check_device(metric: Metric, preds: Any) -> None:
-    device = metric.device
-    if isinstance(preds, Tensor) and preds.device != device:
-        raise ValueError(
-            f"Argument `preds` is on {preds.device} but the state of {type(metric).__name__} is on {device}: "
-            f"move the metric with `.to({str(preds.device)!r})` or the inputs with `.to({str(device)!r})`."
-        )
-
-
-@contextlib.contextmanager
-def _values_checked(metric: Metric) -> Iterator[None]:
-    """Skip the value checks of ``update`` inside the block: the batch was checked already."""
-    validate_args = metric.validate_args
-    metric.validate_args = False
-    try:
-        yield
-    finally:
-        metric.validate_args = validate_args
-
-
-def _apply_keeping_float64(metric: Metric, fn: Callable, exclude_state: Sequence[str], names: Tuple[str, ...]):
-    """``Metric._apply`` that moves the float64 sums ``names`` across devices but never changes their dtype.
-
-    torchmetrics guards its states against ``.half()`` or ``.float()`` but not against ``.to(dtype)``, which
-    mixed-precision trainers call on whole models (``model.to(torch.bfloat16)``): cast sums would be rounded at
-    every update. Only an explicit ``set_dtype`` converts them.
-    """
-    extra = (exclude_state,) if exclude_state else ()
-    if metric._dtype_convert:
-        return Metric._apply(metric, fn, *extra)
-    saved = {name: (getattr(metric, name), metric._defaults[name]) for name in names if name not in exclude_state}
-    this = Metric._apply(metric, fn, *extra)
-    for name, (value, default) in saved.items():  # the sums as they were, on the device fn moved them to
-        setattr(this, name, value.to(getattr(this, name).device))
-        this._defaults[name] = default.to(this._defaults[name].device)
-    return this
-
-
-def _synced(metric: Metric):
-    """The states synced across processes exactly as ``compute`` syncs them (same function and switches), for
-    methods that read the states outside ``compute``."""
-    return metric.sync_context(
-        dist_sync_fn=metric.dist_sync_fn, should_sync=metric._to_sync, should_unsync=metric._should_unsync
-    )
-
-
-def _process_rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 class _Bootstrap:
@@ -433,8 +391,6 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         if val is None:
             val = self.compute()
         if isinstance(val, Tensor) and val.ndim == 1 and val.numel() == self.num_labels:
-            from torch_lwlrap.plot import plot_per_class
-
             weights = self.per_class()[1]
             return plot_per_class(val, weights, class_names=class_names, ax=ax, title=type(self).__name__)
         return self._plot(val, ax)
@@ -689,8 +645,6 @@ class MultilabelTieReport(TaggedMetric):
         if val is None:
             val = self.compute()
         if isinstance(val, dict):
-            from torch_lwlrap.plot import plot_values
-
             return plot_values(
                 val, ax=ax, title=type(self).__name__, span=("lwlrap_worst", "lwlrap_best"),
                 span_label="lwlrap over tie orders, worst to best", span_rows=[n for n in val if n != "tied_share"],

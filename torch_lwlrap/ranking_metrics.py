@@ -25,9 +25,19 @@ from torch_lwlrap._rank_reductions import (
     finish,
     state_shapes,
 )
-from torch_lwlrap._metric_base import TaggedMetric, choice_option, int_option, ints_option, legacy_tag, names_option
+from torch_lwlrap._metric_base import (
+    TaggedMetric,
+    _apply_keeping_float64,
+    _check_device,
+    _values_checked,
+    choice_option,
+    int_option,
+    ints_option,
+    legacy_tag,
+    names_option,
+)
 from torch_lwlrap.functional import _check_batch
-from torch_lwlrap.metrics import _apply_keeping_float64, _check_device, _values_checked
+from torch_lwlrap.plot import plot_values
 from torch_lwlrap.ranking_functional import _ranking_update
 
 __all__ = [
@@ -126,8 +136,6 @@ class _RankingMetric(TaggedMetric):
         if val is None:
             val = self.compute()
         if isinstance(val, dict):
-            from torch_lwlrap.plot import plot_values
-
             return plot_values(val, ax=ax, title=type(self).__name__)
         return self._plot(val, ax)
 

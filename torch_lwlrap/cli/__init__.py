@@ -22,7 +22,8 @@ and/or the column at fault; so do bad arguments (a seed outside ``[0, 2**63)``, 
 memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails. The first run in an
 environment says on stderr that it compiles the CPU kernels (:mod:`torch_lwlrap.cli._environment`).
 
-The package, by audience: ``_files`` reads and checks the CSV files, ``_inputs`` holds the options that choose what
+The package, by audience: ``_files`` reads and checks the CSV files, ``_match`` matches them to each other (rows
+selected, submissions aligned, the vocabulary checked), ``_inputs`` holds the options that choose what
 is scored (shared by ``score`` and ``compare``) and reads the files under them, ``_report`` formats the report, the
 JSON and the plot, ``_environment`` checks and reports on the machine around a run, and each subcommand is a module
 (``score``) registered in :data:`SUBCOMMANDS`.

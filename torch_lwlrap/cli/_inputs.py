@@ -21,16 +21,13 @@ from torch_lwlrap.cli._files import (
     CsvFormatError,
     Predictions,
     Truth,
-    align,
     check_unknown,
-    check_vocabulary,
     file_name,
-    read_classes,
     read_predictions,
     read_text,
     read_truth,
-    select_rows,
 )
+from torch_lwlrap.cli._match import align, check_vocabulary, read_classes, select_rows
 
 __all__ = ["Inputs", "add_input_options", "input_options", "read_inputs"]
 

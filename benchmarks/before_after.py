@@ -1,0 +1,105 @@
+"""Two versions of the package side by side in one run: the same cases timed in alternating fresh processes, one
+source tree each (``--before`` and ``--after``, e.g. a ``git worktree`` of an earlier commit and the checkout).
+
+Cases at 20,000 x 527 (float32 scores, bool targets, 1 to 3 positives per row), each a call a user makes:
+``multilabel_lwlrap`` (``ties="max"``), ``multilabel_lwlrap(ties="expected")``, a bootstrap ``MultilabelLWLRAP``
+update (``num_bootstrap=1000``) and a ``MultilabelRankingMetrics`` update (every metric, k = 1, 5, 10). Each round
+starts one process per version, which warms up (numba's compile or cache load) and takes the median of ``--calls``
+calls; the table gives each version's median over ``--rounds`` rounds and the ratio after / before. The machine's
+load changes between rounds, so only the ratios of one run compare.
+
+Run ``python -m benchmarks.before_after --before ../old --after .`` (about 5 minutes on 2 cores once compiled). It
+prints the table and writes ``<out>/before_after.md`` and ``.json`` (``--out``, default the scratch folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.run import SCRATCH_DIR, machine_metadata
+
+CASES = ["lwlrap", "expected", "bootstrap", "ranking_collection"]
+
+_CHILD = r"""
+import json, statistics, sys, time
+import torch
+import torch_lwlrap
+case, calls = sys.argv[1], int(sys.argv[2])
+g = torch.Generator().manual_seed(0)
+n, c = 20000, 527
+preds = torch.randn(n, c, generator=g)
+target = torch.zeros(n, c, dtype=torch.bool)
+counts = torch.randint(1, 4, (n,), generator=g)
+for i, k in enumerate(counts.tolist()):
+    target[i, torch.randperm(c, generator=g)[:k]] = True
+if case == "lwlrap":
+    call = lambda: torch_lwlrap.multilabel_lwlrap(preds, target)
+elif case == "expected":
+    call = lambda: torch_lwlrap.multilabel_lwlrap(preds, target, ties="expected")
+elif case == "bootstrap":
+    metric = torch_lwlrap.MultilabelLWLRAP(num_labels=c, num_bootstrap=1000, bootstrap_seed=0)
+    call = lambda: metric.update(preds, target)
+else:
+    metric = torch_lwlrap.MultilabelRankingMetrics(num_labels=c)
+    call = lambda: metric.update(preds, target)
+for _ in range(3):
+    call()
+times = []
+for _ in range(calls):
+    start = time.perf_counter()
+    call()
+    times.append(time.perf_counter() - start)
+print(json.dumps({"median_ms": 1000 * statistics.median(times), "source": torch_lwlrap.__file__}))
+"""
+
+
+def _time(source: Path, case: str, calls: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(source))
+    done = subprocess.run([sys.executable, "-c", _CHILD, case, str(calls)], env=env, cwd=source, capture_output=True,
+                          text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not result["source"].startswith(str(source)):
+        raise RuntimeError(f"the child imported {result['source']}, not the tree under {source}")
+    return result["median_ms"]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="source tree of the earlier version")
+    parser.add_argument("--after", type=Path, required=True, help="source tree of the later version")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=15)
+    parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR)
+    args = parser.parse_args(argv)
+    before, after = args.before.resolve(), args.after.resolve()
+    results = {case: {"before": [], "after": []} for case in args.cases}
+    for round_ in range(args.rounds):
+        for case in args.cases:
+            order = (("before", before), ("after", after)) if round_ % 2 == 0 else (("after", after), ("before", before))
+            for name, source in order:
+                results[case][name].append(_time(source, case, args.calls))
+        print(f"round {round_ + 1} of {args.rounds} done", flush=True)
+    lines = ["| case (20,000 x 527) | before ms | after ms | after / before |", "| --- | ---: | ---: | ---: |"]
+    table = {}
+    for case, runs in results.items():
+        b, a = statistics.median(runs["before"]), statistics.median(runs["after"])
+        table[case] = {"before_ms": b, "after_ms": a, "ratio": a / b, "runs": runs}
+        lines.append(f"| {case} | {b:.2f} | {a:.2f} | {a / b:.2f}x |")
+    text = "\n".join(lines)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine_metadata(["cpu"]), "before": str(before), "after": str(after), "rounds": args.rounds,
+              "calls": args.calls, "cases": table}
+    (args.out / "before_after.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "before_after.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
