@@ -319,12 +319,14 @@ def _previous_version(metric, state: Dict[str, torch.Tensor]) -> Dict[str, torch
         state["retrieval_k"] = torch.tensor(values["k"], dtype=torch.int64)
     if isinstance(metric, MultilabelRankingMetrics):
         state["ranking_metrics_tag"] = torch.tensor([int(m in values["metrics"]) for m in RANKING_METRICS])
+    for name in [n for n in state if n.endswith("_samples")]:  # it counted updates, under another name
+        state[name.replace("_samples", "_updates")] = torch.tensor(1, dtype=torch.int64)
+        del state[name]
     return state
 
 
 PREVIOUS = [
     (MultilabelLWLRAP, dict(num_labels=C, ties="expected", ignore_index=-1), ("ties", "max")),
-    (MultilabelLWLRAP, dict(num_labels=C, num_bootstrap=8, bootstrap_seed=3), ("num_bootstrap", 0)),
     (MultilabelLRAP, dict(num_labels=C), ("num_bootstrap", 4)),
     (MultilabelTieReport, dict(num_labels=C), ("ignore_index", -1)),
     (MultilabelCoverageError, dict(num_labels=C, ties="index"), ("ties", "max")),
@@ -355,6 +357,23 @@ def test_a_checkpoint_of_the_previous_version_loads_when_the_options_agree(cls, 
         other.load_state_dict(dict(state), strict=False)
     for key, value in fresh.items():
         assert torch.equal(getattr(other, key), value), key
+
+
+@pytest.mark.parametrize("cls", [MultilabelLWLRAP, MultilabelLRAP])
+@pytest.mark.parametrize("num_bootstrap", [8, 0])
+def test_a_bootstrap_checkpoint_of_the_previous_version_is_refused_saying_why(cls, num_bootstrap):
+    # Its weights were drawn per update: no options make its replicates continue this version's stream, and the
+    # line says so instead of naming options to change.
+    saved = _persistent(_fed(cls(num_labels=C, num_bootstrap=8, bootstrap_seed=3), _batches(C, 1)))
+    state = _previous_version(saved, saved.state_dict())
+    metric = cls(num_labels=C, num_bootstrap=num_bootstrap, bootstrap_seed=3)
+    fresh = _states(metric)
+    with pytest.raises(RuntimeError, match=r"checkpoint was made by an earlier version of torch_lwlrap, whose "
+                                           r"bootstrap weights were drawn per update") as error:
+        metric.load_state_dict(dict(state))
+    assert "create the metric with the checkpoint's options" not in str(error.value)
+    for key, value in fresh.items():
+        assert torch.equal(getattr(metric, key), value), key
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -136,3 +136,49 @@ def test_extra_dimensions_are_samples_of_the_stream():
     assert int(metric.bootstrap_lwlrap_samples) == 60 * 4
     low, high = metric.confidence_interval()
     assert (low.item(), high.item()) == (interval.low.item(), interval.high.item())
+
+
+def _synced_on_step(**kwargs):
+    # A process group of one whose all-gather returns the tensor twice: forward then takes torchmetrics' full-state
+    # path (dist_sync_on_step), which updates the accumulated states first and a throwaway copy after.
+    return dict(dist_sync_fn=lambda x, group=None: [x, x], distributed_available_fn=lambda: True,
+                dist_sync_on_step=True, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["lwlrap", "lrap"])
+def test_forward_with_dist_sync_on_step_draws_what_update_draws(name):
+    preds, target, _ = _data()
+    cls = torch_lwlrap.MultilabelLWLRAP if name == "lwlrap" else torch_lwlrap.MultilabelLRAP
+    synced = cls(20, ignore_index=-1, num_bootstrap=100, bootstrap_seed=3, **_synced_on_step())
+    plain = cls(20, ignore_index=-1, num_bootstrap=100, bootstrap_seed=3)
+    for start in range(0, 600, 150):
+        synced(preds[start:start + 150], target[start:start + 150])
+        plain.update(preds[start:start + 150], target[start:start + 150])
+    for state in plain._replicate_names() + (plain._counter_name,):
+        assert torch.equal(getattr(synced, state), getattr(plain, state)), state
+
+
+def test_samples_2_to_the_32_apart_draw_independent_weights():
+    from torch_lwlrap import _bootstrap
+
+    key = _bootstrap.stream_key(0, 0)
+    near = torch.arange(1000, dtype=torch.int64)
+    weights = _bootstrap.poisson_weights(key, near, 50)
+    far = _bootstrap.poisson_weights(key, near + (1 << 32), 50)
+    assert (weights != far).float().mean() > 0.5
+    assert torch.equal(_bootstrap.poisson_weights(key, near, 50), weights)  # and the same position, the same weight
+
+
+def test_updates_after_loading_never_write_into_the_checkpoint():
+    preds, target, _ = _data()
+    metric = torch_lwlrap.MultilabelLWLRAP(20, ignore_index=-1, num_bootstrap=50, bootstrap_seed=1)
+    metric.persistent(True)
+    metric.update(preds[:100], target[:100])
+    checkpoint = {name: value.clone() for name, value in metric.state_dict().items()}
+    held = metric.state_dict()
+    resumed = torch_lwlrap.MultilabelLWLRAP(20, ignore_index=-1, num_bootstrap=50, bootstrap_seed=1)
+    resumed.persistent(True)
+    resumed.load_state_dict(held)
+    resumed.update(preds[100:200], target[100:200])
+    for name, value in held.items():
+        assert torch.equal(value, checkpoint[name]), name

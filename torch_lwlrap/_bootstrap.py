@@ -100,7 +100,10 @@ def _replicate_hashes(key: Tensor, first: int, last: int) -> Tensor:
 
 
 def _sample_hashes(key: Tensor, sample: Tensor) -> Tensor:
-    return _mix_(((sample & _M32) * _GOLDEN + key) & _M32)
+    # Positions from 2**32 on (long frame-level streams) fold their high bits in, so that a position and the one
+    # 2**32 later draw independent weights; below 2**32 the high part is 0 and mixes to 0.
+    low = ((sample & _M32) * _GOLDEN + key) & _M32
+    return _mix_(low ^ _mix(((sample >> 32) * _GOLDEN) & _M32))
 
 
 def _weights(sample_hash: Tensor, replicate_hash: Tensor, thresholds: Tensor) -> Tensor:

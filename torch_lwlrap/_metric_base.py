@@ -119,6 +119,10 @@ def _describe(values: Dict[str, Any]) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in values.items())
 
 
+#: The fix a refusal names when the options differ.
+_FIX = ": create the metric with the checkpoint's options"
+
+
 class TaggedMetric(Metric):
     """A ``torchmetrics.Metric`` whose options are in its first state and checked when a checkpoint is loaded."""
 
@@ -145,6 +149,11 @@ class TaggedMetric(Metric):
         self.options_tag = tag.to(self.options_tag.device)
         self._defaults["options_tag"] = tag.to(self._defaults["options_tag"].device)
 
+    def _legacy_refusal(self, saved: Callable[[str], Any]) -> Optional[str]:
+        """Why a checkpoint of an earlier version cannot load here whatever the options (None: it may), with the
+        fix."""
+        return None
+
     def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
         """The options a checkpoint of an earlier version records (``saved(state name)`` gives its states, or
         None); those it does not record are not compared."""
@@ -167,8 +176,11 @@ class TaggedMetric(Metric):
         if theirs is not None:
             differ = [name for name, value in theirs.items() if value != ours[name]]
         elif isinstance(tag, Tensor) and tag.ndim == 1 and tag.tolist()[:1] == [TAG_LAYOUT]:
-            return "was made by another metric class or with other options (an unknown options_tag)", {}
+            return "was made by another metric class or with other options (an unknown options_tag)" + _FIX, {}
         else:
+            refusal = self._legacy_refusal(saved)
+            if refusal is not None:
+                return refusal, {}
             theirs = self._legacy_options(saved)
             differ = [name for name, value in theirs.items() if name in ours and value != ours[name]]
         adopted = {name: theirs[name] for name in differ if self._adoptable(name, theirs[name])}
@@ -176,7 +188,7 @@ class TaggedMetric(Metric):
         if differ:
             return (
                 f"was made with {_describe({n: theirs[n] for n in differ})}; this metric has "
-                f"{_describe({n: ours[n] for n in differ})}"
+                f"{_describe({n: ours[n] for n in differ})}{_FIX}"
             ), {}
         # The options agree: the states must be there, with this metric's shapes.
         for name, default in self._defaults.items():
@@ -184,10 +196,10 @@ class TaggedMetric(Metric):
                 continue
             value = saved(name)
             if value is None:
-                return f"has no state {name!r} (this metric has {_describe(ours)})", {}
+                return f"has no state {name!r} (this metric has {_describe(ours)}){_FIX}", {}
             if not isinstance(value, Tensor) or value.shape != default.shape:
                 shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}", {}
+                return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{_FIX}", {}
         return None, adopted
 
     def _load_from_state_dict(
@@ -214,10 +226,7 @@ class TaggedMetric(Metric):
                     state_dict.pop(prefix + name, None)
             else:
                 where = f" at {prefix[:-1]!r}" if prefix else ""
-                error_msgs.append(
-                    f"{type(self).__name__} checkpoint{where} {refusal}: create the metric with the checkpoint's "
-                    f"options"
-                )
+                error_msgs.append(f"{type(self).__name__} checkpoint{where} {refusal}")
                 # Nothing is loaded; the checkpoint's states of this metric are consumed, not reported again.
                 own = set(self._parameters) | set(self._buffers)
                 for key in [k for k in state_dict if k.startswith(prefix)]:

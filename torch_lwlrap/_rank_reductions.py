@@ -25,6 +25,7 @@ from torch import Tensor
 
 from torch_lwlrap import _numba_counts
 from torch_lwlrap._checks import formatted_chunks
+from torch_lwlrap._options import TIES
 from torch_lwlrap._ranking import (
     LabelCounts,
     _true_indices,
@@ -47,8 +48,8 @@ EMPTY_TARGET = ("zero", "skip")
 #: Devices on which :func:`positive_entries` gathers the positives (elsewhere it masks every cell).
 GATHER_DEVICES = ("cpu",)
 
-#: Tie rules of these metrics.
-RANK_TIES = ("max", "index", "expected")
+#: Tie rules of these metrics: every rule of the package (one definition, :data:`torch_lwlrap._options.TIES`).
+RANK_TIES = TIES
 
 
 class RankingSpec(NamedTuple):

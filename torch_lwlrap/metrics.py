@@ -84,6 +84,19 @@ class _Bootstrap:
         if self.num_bootstrap:
             self.add_state(self._counter_name, torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
 
+    def _legacy_refusal(self, saved: Callable[[str], Any]) -> Optional[str]:
+        # Earlier versions drew the weights per update (an update counter), not per sample position: their
+        # replicates cannot go on in this stream, whatever the options.
+        old_counter = self._counter_name.replace("_samples", "_updates")
+        if saved(old_counter) is None:
+            return None
+        return (
+            f"was made by an earlier version of torch_lwlrap, whose bootstrap weights were drawn per update rather "
+            f"than per sample position: its replicates cannot continue here. Load it into a metric without "
+            f"num_bootstrap after dropping the checkpoint's {old_counter!r} and replicate entries, or start the "
+            f"interval anew"
+        )
+
     def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
         # Earlier tags held ties, ignore_index and num_labels; the replicates tell num_bootstrap (not the seed).
         out = legacy_tag(saved, TIES)
@@ -137,7 +150,10 @@ class _Bootstrap:
     def _forward_counter(self) -> Iterator[None]:
         # torchmetrics' forward empties the states (the counter too) before update and adds the batch's states
         # back after: the batch's weights must still be those the next update would draw.
-        if self.num_bootstrap:
+        # Only on the path that empties the states: with dist_sync_on_step (or a full state update) torchmetrics
+        # first updates the accumulated states as they are, then a throwaway copy, and keeps the first.
+        full_state = self.full_state_update or self.full_state_update is None or self.dist_sync_on_step
+        if self.num_bootstrap and not full_state:
             self._counter_offset = getattr(self, self._counter_name).clone()
             self._forward_base = {name: getattr(self, name).clone() for name in self._replicate_names()}
         try:
@@ -145,6 +161,13 @@ class _Bootstrap:
         finally:
             self._counter_offset = None
             self._forward_base = None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        # The replicates are added to in place: never into the checkpoint's own tensors (a state dict the caller
+        # still holds, or another metric loaded from it).
+        for name in self._replicate_names() if self.num_bootstrap else ():
+            setattr(self, name, getattr(self, name).clone())
 
     def _replicate_names(self) -> Tuple[str, ...]:
         return tuple(n for n in self._defaults if n.startswith("bootstrap_") and n != self._counter_name)
