@@ -178,19 +178,12 @@ def add_class_sums_(
         sample_hash = _sample_hashes(key, runs)
         group = group.to(torch.int64).contiguous()
         value = value.contiguous()
-        per_group = max(1, min(num_bootstrap, BLOCK_ELEMENTS // max(1, num_groups)))
-        for first in range(0, num_bootstrap, per_group):
-            last = min(first + per_group, num_bootstrap)
-            # The running sums themselves, transposed: each replicate's sum gets its items added one after the
-            # other, in stream order, however the stream was cut into batches (the same bits for any batching).
-            block_total = total[first:last].t().contiguous()
-            block_count = count[first:last].t().contiguous()
-            _bootstrap_kernel.class_sums_numba(
-                sample_hash, item_start, group, value, _replicate_hashes(key, first, last), thresholds,
-                block_total, block_count,
-            )
-            total[first:last] = block_total.t()
-            count[first:last] = block_count.t()
+        # The compiled pass adds onto the running (B, G) sums in place, each sum's items one after the other in
+        # stream order, however the stream was cut into batches (the same bits for any batching).
+        _bootstrap_kernel.class_sums_numba(
+            sample_hash, item_start, group, value, _replicate_hashes(key, 0, num_bootstrap), thresholds,
+            total, count,
+        )
         return
     sample_hash = _sample_hashes(key, sample)
     for first, last, start, stop in _blocks(value.numel(), num_bootstrap):

@@ -37,11 +37,12 @@ def class_sums_numba(
     total: Tensor,
     count: Tensor,
 ) -> None:
-    """Add to ``total`` ``(G, B)`` float64 and ``count`` ``(G, B)`` int64 (contiguous) the weighted items.
+    """Add to ``total`` ``(B, G)`` float64 and ``count`` ``(B, G)`` int64 (contiguous) the weighted items.
 
     Sample ``s`` (hash ``sample_hash[s]``) owns the items ``item_start[s]:item_start[s + 1]``; item ``p`` adds
-    ``w value[p]`` to ``total[group[p], b]`` and ``w`` to ``count[group[p], b]`` with ``w`` the sample's Poisson
-    weight in replicate ``b`` (hash ``replicate_hash[b]``).
+    ``w value[p]`` to ``total[b, group[p]]`` and ``w`` to ``count[b, group[p]]`` with ``w`` the sample's Poisson
+    weight in replicate ``b`` (hash ``replicate_hash[b]``). Each sum gets its items added one after the other, in
+    item order, onto what it held: the same bits however the items were cut into calls.
     """
     run(
         _class_sums,
@@ -87,6 +88,7 @@ if numba is not None:
     @parallel_and_serial
     def _class_sums(sample_hash, item_start, group, value, replicate_hash, thresholds, total, count, per_block):
         num_samples = sample_hash.shape[0]
+        num_groups = total.shape[1]
         num_replicates = replicate_hash.shape[0]
         num_blocks = (num_replicates + per_block - 1) // per_block
         for block in prange(num_blocks):
@@ -95,6 +97,14 @@ if numba is not None:
             hashes = replicate_hash[b0 : b0 + width].copy()
             weight = np.empty(width, dtype=np.int64)
             weight_f = np.empty(width, dtype=np.float64)
+            # The block's running sums, group-major in a thread-local buffer (a group's replicates in adjacent
+            # words, so the adds below vectorize), read from and written back to the (B, G) states in place.
+            block_total = np.empty((num_groups, width), dtype=np.float64)
+            block_count = np.empty((num_groups, width), dtype=np.int64)
+            for b in range(width):
+                for g in range(num_groups):
+                    block_total[g, b] = total[b0 + b, g]
+                    block_count[g, b] = count[b0 + b, g]
             for s in range(num_samples):
                 hs = sample_hash[s]
                 for b in range(width):
@@ -104,8 +114,12 @@ if numba is not None:
                 for p in range(item_start[s], item_start[s + 1]):
                     g = group[p]
                     v = value[p]
-                    row_total = total[g, b0 : b0 + width]
-                    row_count = count[g, b0 : b0 + width]
+                    row_total = block_total[g]
+                    row_count = block_count[g]
                     for b in range(width):
                         row_total[b] += weight_f[b] * v
                         row_count[b] += weight[b]
+            for b in range(width):
+                for g in range(num_groups):
+                    total[b0 + b, g] = block_total[g, b]
+                    count[b0 + b, g] = block_count[g, b]
