@@ -124,7 +124,9 @@ def fake_triton(monkeypatch):
 
             return launch
 
-    monkeypatch.setattr(kernel, "is_available", lambda device, dtype=None: torch.device(device).type == "meta")
+    monkeypatch.setattr(
+        kernel, "unavailable_reason", lambda device, dtype=None: None if torch.device(device).type == "meta" else "off"
+    )
     monkeypatch.setattr(kernel, "_rows_kernel", FakeKernel("_rows_kernel"))
     monkeypatch.setattr(kernel, "_tiled_kernel", FakeKernel("_tiled_kernel"))
     return launches

@@ -26,7 +26,7 @@ from torch_lwlrap import (
     multilabel_lwlrap,
     multilabel_lwlrap_ci,
 )
-from torch_lwlrap import _bootstrap, _bootstrap_kernel, intervals
+from torch_lwlrap import _bootstrap, _bootstrap_kernel, _engine_config, intervals
 
 NUM_LABELS = 6
 
@@ -115,10 +115,11 @@ def test_compiled_and_torch_reductions_agree_with_dense_weights(monkeypatch, num
     expected_count = torch.zeros(num_bootstrap, 11, dtype=torch.int64).index_add_(1, group, weights)
     rows = torch.rand(500, 3, generator=g, dtype=torch.float64)
     expected_rows = _bootstrap.poisson_weights(key, torch.arange(40, 540), num_bootstrap).double() @ rows
-    monkeypatch.setattr(_bootstrap, "BLOCK_ELEMENTS", 97)  # many blocks of rows and replicates
+    monkeypatch.setattr(_engine_config, "BOOTSTRAP_BLOCK_ELEMENTS", 97)  # many blocks of rows and replicates
     paths = [True, False] if _bootstrap_kernel.numba is not None else [False]
     for compiled in paths:
-        monkeypatch.setattr(_bootstrap_kernel, "is_available", lambda device, c=compiled: c)
+        reason = None if compiled else "switched off by the test"
+        monkeypatch.setattr(_bootstrap_kernel, "unavailable_reason", lambda device, dtype=None, r=reason: r)
         total, count = _bootstrap.class_sums(key, sample, group, value, 11, num_bootstrap)
         assert torch.equal(count, expected_count)
         torch.testing.assert_close(total, expected_sum, rtol=1e-12, atol=1e-12)

@@ -65,15 +65,9 @@ def _dense_sums(preds, target, ties, ignore_index=None, block_scores=None):
     known = None if ignore_index is None else target != ignore_index
     if known is not None:
         positive = positive & known
-    class_count, sample_count, known_count = _label_counts(positive, known)
-    num_samples, num_classes = preds.shape
-    sums = RankingSums(
-        torch.zeros(num_classes, dtype=torch.float64),
-        class_count,
-        torch.full((num_samples,), float("nan"), dtype=torch.float64),  # every row must be written
-        sample_count,
-        known_count,
-    )
+    sums = RankingSums.zeros(*preds.shape)
+    _label_counts(positive, known, sums)
+    sums.sample_precision_sum.fill_(float("nan"))  # every row must be written
     with use_engine("sort", chunk_elements=block_scores):  # small blocks: several blocks of rows
         _sort_path_dense(preds, positive, known, ties, sums)
     return sums.class_precision_sum, sums.sample_precision_sum

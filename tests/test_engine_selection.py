@@ -16,7 +16,7 @@ import torch
 
 from tests.reference import make_case, naive_lrap, naive_lwlrap
 from torch_lwlrap import EngineFallbackWarning, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
-from torch_lwlrap import _numba_kernel, _ranking
+from torch_lwlrap import _dispatch, _numba_kernel, _ranking
 from torch_lwlrap._ranking import ENGINE_VARIABLE, ENGINES, get_engine, use_engine
 
 TOL = dict(rel=1e-12, abs=1e-12)
@@ -25,8 +25,8 @@ TOL = dict(rel=1e-12, abs=1e-12)
 @pytest.fixture(autouse=True)
 def fresh_process_state(monkeypatch):
     """Each test starts as a fresh process would: no Triton failure seen, no warning given, no variable set."""
-    monkeypatch.setattr(_ranking, "_triton_failure", None)
-    monkeypatch.setattr(_ranking, "_warned", set())
+    monkeypatch.setattr(_dispatch, "_triton_failure", None)
+    monkeypatch.setattr(_dispatch, "_warned", set())
     monkeypatch.delenv(ENGINE_VARIABLE, raising=False)
 
 
@@ -189,14 +189,14 @@ def test_kernel_failure_warns_once_and_ranks_on_torch(triton_kernel, monkeypatch
     monkeypatch.setattr(triton_kernel, "_tiled_kernel", failing)
     _check_batches_fall_back(CASES, cause, launches=lambda: failing.launches)
     assert failing.launches == 1
-    assert isinstance(_ranking._triton_failure, type(failing.error))
+    assert isinstance(_dispatch._triton_failure, type(failing.error))
 
 
 @pytest.mark.usefixtures("needs_triton")
 def test_driver_mismatch_the_real_launch_fails_without_a_gpu(triton_kernel):
     # No kernel replaced: Triton itself refuses to launch on a machine without a driver for the tensors' device.
     _check_batches_fall_back(CASES, "Triton kernel failed on cpu")
-    assert _ranking._triton_failure is not None
+    assert _dispatch._triton_failure is not None
 
 
 def test_triton_missing(triton_kernel, monkeypatch):
@@ -220,7 +220,7 @@ def test_gpu_older_than_volta(triton_kernel, monkeypatch):
     assert not triton_kernel.is_available("cpu")
     _check_batches_fall_back(CASES, "compute capability 6.0 is older than Volta \\(7.0\\)")
     assert failing.launches == 0
-    assert _ranking._triton_failure is None
+    assert _dispatch._triton_failure is None
 
 
 @pytest.mark.usefixtures("needs_triton")
@@ -240,7 +240,7 @@ def test_a_kernel_that_returns_is_never_second_guessed(triton_kernel, monkeypatc
         # The fake launch writes nothing: the result is whatever the workspaces held, NaN when they held zeros.
         warnings.filterwarnings("ignore", "lwlrap is undefined without any positive label", UserWarning)
         multilabel_lwlrap(preds, target, ignore_index=-1)
-    assert launched and _ranking._triton_failure is None
+    assert launched and _dispatch._triton_failure is None
 
 
 @pytest.mark.usefixtures("needs_triton")

@@ -47,3 +47,40 @@ def test_the_check_finds_a_function_level_import():
 def test_no_runtime_module_past_700_lines(module):
     lines = len((PACKAGE / module).read_text().splitlines())
     assert lines <= 700, f"{module} has {lines} lines: split it by audience"
+
+
+#: The names whose use decides which backend runs: only the dispatch calls them (each backend defines its own
+#: ``unavailable_reason`` and may use the numba runtime's, and the doctor reports what the dispatch says).
+DECIDING_NAMES = {"unavailable_reason", "is_available", "compiled_cpu_allowed", "handles_target"}
+BACKENDS = {
+    "_numba_kernel.py", "_numba_counts.py", "_numba_rules.py", "_bootstrap_kernel.py", "_triton_kernel.py",
+    "_numba_runtime.py", "_engine_config.py",
+}
+
+
+def _deciding_calls(tree: ast.AST):
+    """``(line, name)`` of every call of a deciding name (``f(...)`` or ``module.f(...)``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in DECIDING_NAMES:
+                owner = func.value if isinstance(func, ast.Attribute) else None
+                if isinstance(owner, ast.Attribute) and owner.attr in ("cuda", "distributed"):
+                    continue  # torch.cuda.is_available(), torch.distributed.is_available()
+                if isinstance(owner, ast.Name) and owner.id in ("dist",):
+                    continue
+                found.append((node.lineno, name))
+    return found
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m not in BACKENDS and m != "_dispatch.py"])
+def test_only_the_dispatch_asks_the_backends_what_they_serve(module):
+    found = _deciding_calls(ast.parse((PACKAGE / module).read_text()))
+    assert not found, f"{module} asks a backend whether it runs at {found}: ask torch_lwlrap._dispatch instead"
+
+
+def test_the_dispatch_check_finds_a_decision():
+    tree = ast.parse("a = _numba_kernel.is_available(d)\nb = torch.cuda.is_available()\nc = compiled_cpu_allowed()\n")
+    assert _deciding_calls(tree) == [(1, "is_available"), (3, "compiled_cpu_allowed")]

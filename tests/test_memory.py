@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from tests.reference import naive_lrap, naive_lwlrap
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, _checks
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, _checks, _engine_config
 from torch_lwlrap._ranking import use_engine
 
 META = torch.device("meta")
@@ -120,7 +120,7 @@ def test_workspace_does_not_grow_with_the_batch(
     if engine == "triton":
         request.getfixturevalue("fake_triton")
     # A budget of 8 MiB per chunk of samples, so that both sizes span several chunks.
-    monkeypatch.setattr(_checks, "CHUNK_BYTES", 8 * MiB)
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 8 * MiB)
     samples = 1 << 18 if not extra else (1 << 18) // math.prod(extra)
     small, large = samples, 8 * samples
     example = torch.empty((0, 80) + tuple(extra))
@@ -132,9 +132,9 @@ def test_workspace_does_not_grow_with_the_batch(
 
 
 def test_a_chunk_budget_is_kept(fake_triton, monkeypatch):
-    """A smaller budget gives a smaller workspace: the chunks follow :data:`CHUNK_BYTES`."""
+    """A smaller budget gives a smaller workspace: the chunks follow :data:`INPUT_CHUNK_BYTES`."""
     default = _peak("lrap", 1 << 22, 527, torch.int64, -1, engine="triton")[0]
-    monkeypatch.setattr(_checks, "CHUNK_BYTES", 4 * MiB)
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 4 * MiB)
     small = _peak("lrap", 1 << 22, 527, torch.int64, -1, engine="triton")[0]
     assert small < 10 * MiB < 60 * MiB < default, (small, default)
 
@@ -171,7 +171,7 @@ def test_torch_fallback_on_gpu_fits_a_quarter_of_the_input():
 @pytest.mark.parametrize("target_dtype", [torch.bool, torch.int64, torch.float32], ids=str)
 def test_chunked_batches_give_the_reference_values(monkeypatch, extra, target_dtype):
     """A budget of 512 bytes splits a batch of 97 samples into chunks of 1 to 8; values match the naive references."""
-    monkeypatch.setattr(_checks, "CHUNK_BYTES", 512)
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 512)
     g = torch.Generator().manual_seed(11)
     shape = (97, 9) + extra
     preds = torch.randint(0, 5, shape, generator=g).float()

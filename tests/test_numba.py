@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
+import warnings
+
 import pytest
 import torch
 
@@ -23,6 +25,7 @@ from tests.reference import (
     special_rows_case,
 )
 from torch_lwlrap import MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
+from torch_lwlrap import _dispatch
 from torch_lwlrap import _numba_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
 
@@ -190,12 +193,17 @@ def test_public_functions_and_auto_engine(ties, monkeypatch):
 
 
 def test_numba_engine_falls_back_to_sort_where_unavailable(monkeypatch):
-    monkeypatch.setattr(kernel, "is_available", lambda device, dtype=None: False)
+    monkeypatch.setattr(kernel, "unavailable_reason", lambda device, dtype=None: "switched off by the test")
+    monkeypatch.setattr(_dispatch, "_warned", set())
     preds, target = make_case(91, 15, 6, ignore_index=-1)
-    for engine in ("numba", "auto"):
-        with use_engine(engine):
+    for engine in ("numba", "auto"):  # forced, it says why (once); auto takes the torch paths silently
+        with use_engine(engine), warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
             got = multilabel_lwlrap(preds, target, ignore_index=-1, ties="index").item()
         assert got == pytest.approx(naive_lwlrap(preds, target, "index", -1), abs=1e-12)
+        messages = [str(w.message) for w in record]
+        assert len(messages) == (1 if engine == "numba" else 0)
+        assert all("cannot rank cpu tensors: switched off by the test" in message for message in messages)
 
 
 @needs_numba

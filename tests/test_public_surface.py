@@ -13,7 +13,7 @@ import torch
 
 import torch_lwlrap
 from tests.reference import make_case, naive_lwlrap
-from torch_lwlrap import _ranking
+from torch_lwlrap import _dispatch, _ranking
 
 plt = pytest.importorskip("matplotlib.pyplot", reason="needs matplotlib (pip install matplotlib)")
 
@@ -198,7 +198,7 @@ def test_triton_forced_on_cpu_tensors_warns_once_naming_the_path_used(monkeypatc
 
     if _triton_kernel.is_available("cpu"):
         pytest.skip("Triton's interpreter ranks CPU tensors in this process")
-    monkeypatch.setattr(_ranking, "_warned", set())
+    monkeypatch.setattr(_dispatch, "_warned", set())
     monkeypatch.setenv("TORCH_LWLRAP_ENGINE", "triton")
     metric = torch_lwlrap.MultilabelLWLRAP(num_labels=6)
     batches = [make_case(20 + i, 16, 6) for i in range(3)]

@@ -33,7 +33,7 @@ from tests.reference import (
     special_rows_case,
 )
 from torch_lwlrap import EngineFallbackWarning, MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
-from torch_lwlrap import _ranking
+from torch_lwlrap import _dispatch, _ranking
 from torch_lwlrap import _triton_kernel as kernel
 from torch_lwlrap._ranking import ranking_sums, use_engine
 
@@ -292,7 +292,7 @@ def test_engine_dispatch(monkeypatch):
     preds, target = preds.to(DEVICE), target.to(DEVICE)
     want = naive_lwlrap(preds.cpu(), target.cpu())
     # Where the kernel cannot run, forcing "triton" ranks on the torch sort path and says so, once.
-    monkeypatch.setattr(_ranking, "_warned", set())
+    monkeypatch.setattr(_dispatch, "_warned", set())
     with use_engine("triton"), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, abs=1e-12)
@@ -311,8 +311,8 @@ def test_engine_dispatch(monkeypatch):
 
 
 def test_triton_engine_falls_back_to_sort_where_unavailable(monkeypatch):
-    monkeypatch.setattr(kernel, "is_available", lambda device, dtype=None: False)
-    monkeypatch.setattr(_ranking, "_warned", set())
+    monkeypatch.setattr(kernel, "unavailable_reason", lambda device, dtype=None: "switched off by the test")
+    monkeypatch.setattr(_dispatch, "_warned", set())
     preds, target = make_case(91, 15, 6, ignore_index=-1)
     with use_engine("triton"), pytest.warns(EngineFallbackWarning, match="Ranking with the torch sort path"):
         got = multilabel_lwlrap(preds, target, ignore_index=-1, ties="index").item()

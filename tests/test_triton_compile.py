@@ -167,7 +167,7 @@ def test_empty_batch_has_nothing_to_compile():
 
 
 def _launch(preds, positive, known, ties="max"):
-    return kernel._prepare_launch(preds, positive, known, RankingSums.for_kernel(*preds.shape), ties=ties)
+    return kernel._prepare_launch(preds, positive, known, RankingSums.zeros(*preds.shape), ties=ties)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ ranks draw independent weights. The position of a batch's first sample may be a 
 sample counter), so drawing costs no host-device sync.
 
 **Workspace.** Weights are drawn and reduced a block of ``(samples, replicates)`` at a time, within
-:data:`BLOCK_ELEMENTS` weights, so temporaries stay bounded (a few times 8 MiB) whatever the number of replicates
+:data:`~torch_lwlrap._engine_config.BOOTSTRAP_BLOCK_ELEMENTS` weights, so temporaries stay bounded (a few times
+8 MiB) whatever the number of replicates
 and samples.
 """
 
@@ -28,12 +29,9 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _bootstrap_kernel
-from torch_lwlrap._engine_config import compiled_cpu_allowed
+from torch_lwlrap import _bootstrap_kernel, _dispatch
+from torch_lwlrap._engine_config import chunk_elements
 from torch_lwlrap._poisson import POISSON_THRESHOLDS
-
-#: Weights drawn per block: int64 temporaries of 8 MiB each (a handful are alive at a time).
-BLOCK_ELEMENTS = 1 << 20
 
 _M32 = 0xFFFFFFFF
 #: Odd multipliers below 2**31, so products of 32-bit values fit in int64 without overflow (lowbias32, 2022 form).
@@ -134,19 +132,15 @@ def poisson_weights(key: Tensor, sample: Tensor, num_bootstrap: int) -> Tensor:
 
 def _blocks(num_rows: int, num_bootstrap: int, width: int = 1):
     """``(first, last, start, stop)``: replicates ``first:last`` of rows ``start:stop``, with at most
-    :data:`BLOCK_ELEMENTS` weights and ``BLOCK_ELEMENTS`` sums (``width`` per replicate) per block."""
-    per_block = max(1, min(num_bootstrap, BLOCK_ELEMENTS // max(1, width)))
-    rows = max(1, BLOCK_ELEMENTS // per_block)
+    :data:`~torch_lwlrap._engine_config.BOOTSTRAP_BLOCK_ELEMENTS` weights and as many sums (``width`` per replicate)
+    per block."""
+    budget = chunk_elements("BOOTSTRAP_BLOCK_ELEMENTS")
+    per_block = max(1, min(num_bootstrap, budget // max(1, width)))
+    rows = max(1, budget // per_block)
     for first in range(0, num_bootstrap, per_block):
         last = min(first + per_block, num_bootstrap)
         for start in range(0, num_rows, rows):
             yield first, last, start, min(start + rows, num_rows)
-
-
-def _compiled(device) -> bool:
-    """Whether the compiled pass draws the weights: CPU tensors, numba installed, and the engine setting free to use
-    it (``"auto"`` or ``"numba"``; the torch engines keep every step in torch). Either way the weights are the same."""
-    return _bootstrap_kernel.is_available(device) and compiled_cpu_allowed()
 
 
 def add_class_sums_(
@@ -160,7 +154,8 @@ def add_class_sums_(
     value[p]`` over the items of group ``g``, and ``count[b, g]`` the same sum of weights. The items of a sample must
     be adjacent (``sample`` sorted, as row-major positions are). On the CPU with numba, a compiled pass draws and
     adds the weights (:mod:`torch_lwlrap._bootstrap_kernel`, the same weights); elsewhere torch draws them a block at
-    a time. Either way the temporaries stay within a few times :data:`BLOCK_ELEMENTS` elements.
+    a time. Either way the temporaries stay within a few times
+    :data:`~torch_lwlrap._engine_config.BOOTSTRAP_BLOCK_ELEMENTS` elements.
     """
     num_bootstrap, num_groups = total.shape
     device = value.device
@@ -169,7 +164,7 @@ def add_class_sums_(
     thresholds = _thresholds(device)
     value = value.to(torch.float64)
     sample = sample.to(torch.int64)
-    if _compiled(device):
+    if _dispatch.compiled_cpu_pass("bootstrap", device):  # the same weights either way
         # Items grouped by sample: one weight per (sample, replicate), drawn and added in one compiled pass, into
         # (G, replicates) sums for a group of replicates at a time.
         runs, items = torch.unique_consecutive(sample, return_counts=True)
@@ -211,7 +206,8 @@ def add_weighted_sums_(key: Tensor, first_sample: Union[int, Tensor], pairs) -> 
     (in place; an integer ``out`` gets the rounded sums, exact for integer values).
 
     A dense reduction (a product with each block of weights, drawn once for all pairs): no host-device sync, for any
-    device and for rows that are mostly not zero; temporaries within a few times :data:`BLOCK_ELEMENTS` elements.
+    device and for rows that are mostly not zero; temporaries within a few times
+    :data:`~torch_lwlrap._engine_config.BOOTSTRAP_BLOCK_ELEMENTS` elements.
     """
     pairs = [(out, values.to(torch.float64)) for out, values in pairs]
     num_bootstrap = pairs[0][0].shape[0]

@@ -12,10 +12,13 @@ number of threads.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 from torch import Tensor
 
+from torch_lwlrap import _numba_runtime
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 from torch_lwlrap._poisson import POISSON_THRESHOLDS
 
@@ -23,8 +26,9 @@ from torch_lwlrap._poisson import POISSON_THRESHOLDS
 REPLICATES_PER_BLOCK = 64
 
 
-def is_available(device) -> bool:
-    return numba is not None and torch.device(device).type == "cpu"
+def unavailable_reason(device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
+    """Why the compiled pass cannot draw the weights of tensors on ``device`` (None: it can)."""
+    return _numba_runtime.unavailable_reason(device)
 
 
 def class_sums_numba(

@@ -13,16 +13,12 @@ from typing import Iterator, Optional, Tuple
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _numba_kernel
+from torch_lwlrap import _dispatch, _engine_config
 from torch_lwlrap._kernel_contract import KERNEL_TIES, SCORE_DTYPES, check_kernel_args  # noqa: F401 - re-exported
 from torch_lwlrap._tie_rules import TIES
 
 AVERAGES = ("weighted", "macro", "none")
 
-#: Bytes of temporaries that formatting a batch may take at a time: the label masks of a non-bool target, the copies
-#: that flatten extra dimensions into samples, and the per-sample sums of the ranking. A batch is formatted and
-#: ranked a chunk of samples at a time within this budget, so its workspace does not grow with its size.
-CHUNK_BYTES = 64 << 20
 
 #: Bytes per row assumed for the per-sample sums and their reductions (three 8-byte sums, the LRAP scores).
 _SAMPLE_BYTES = 64
@@ -184,14 +180,6 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
     return ignore_index
 
 
-def _compiled_target_helpers(target: Tensor, compiled: bool):
-    """The numba path's target helpers (:mod:`torch_lwlrap._numba_kernel`) when ``compiled`` and they take
-    ``target``, else None (torch's comparisons)."""
-    if not compiled:
-        return None
-    return _numba_kernel if _numba_kernel.handles_target(target) else None
-
-
 def _target_is_bad(target: Tensor, ignore_index: Optional[int], compiled: bool = False) -> Optional[Tensor]:
     """A 0-dim bool tensor, True when ``target`` holds a value other than 0, 1 and ``ignore_index``.
 
@@ -203,15 +191,15 @@ def _target_is_bad(target: Tensor, ignore_index: Optional[int], compiled: bool =
     if target.dtype == torch.bool:
         return None
     ignore = _ignore_value(target, ignore_index)
-    helpers = _compiled_target_helpers(target, compiled)
+    helpers = _dispatch.target_helpers(target) if compiled else None
     if helpers is not None:
         return torch.tensor(helpers.target_is_bad(target, ignore))  # a CPU tensor: no sync
     allowed = {0, 1} if ignore is None else {0, 1, ignore}
     if not target.is_floating_point() and max(allowed) - min(allowed) + 1 == len(allowed):
         low, high = torch.aminmax(target)
         return (low < min(allowed)) | (high > max(allowed))
-    # Counted a chunk of samples at a time: the comparisons' bool masks stay within CHUNK_BYTES.
-    step = max(1, CHUNK_BYTES // (2 * max(1, math.prod(target.shape[1:]))))
+    # Counted a chunk of samples at a time: the comparisons' bool masks stay within INPUT_CHUNK_BYTES.
+    step = max(1, _engine_config.INPUT_CHUNK_BYTES // (2 * max(1, math.prod(target.shape[1:]))))
     nonzero = expected = torch.zeros((), dtype=torch.int64, device=target.device)
     for start in range(0, target.shape[0], step):
         chunk = target[start : start + step]
@@ -297,7 +285,9 @@ def check_inputs(
 def chunk_samples(
     preds: Tensor, target: Tensor, ignore_index: Optional[int], max_elements: Optional[int] = None
 ) -> int:
-    """Samples (first dimension of ``preds``) formatted and ranked at a time: within :data:`CHUNK_BYTES`, or, when
+    """Samples (first dimension of ``preds``) formatted and ranked at a time: within
+    :data:`~torch_lwlrap._engine_config.INPUT_CHUNK_BYTES` (the label masks of a non-bool target, the copies that
+    flatten extra dimensions into samples, the per-sample sums), or, when
     ``max_elements`` is given (tests), about that many scores."""
     num_classes = preds.shape[1]
     rows_per_sample = max(1, math.prod(preds.shape[2:]))
@@ -310,7 +300,7 @@ def chunk_samples(
             row_bytes += num_classes  # the mask of known labels
     if preds.ndim > 2:
         row_bytes += num_classes * (preds.element_size() + target.element_size())  # the flattened copies
-    return max(1, CHUNK_BYTES // (row_bytes * rows_per_sample))
+    return max(1, _engine_config.INPUT_CHUNK_BYTES // (row_bytes * rows_per_sample))
 
 
 def formatted_chunks(
@@ -353,7 +343,7 @@ def _format(
     if target.dtype == torch.bool:
         return preds, target, None, sample_weight
     ignore = _ignore_value(target, ignore_index)
-    helpers = _compiled_target_helpers(target, compiled)
+    helpers = _dispatch.target_helpers(target) if compiled else None
     if helpers is not None:  # one compiled pass instead of one per mask
         positive, known = helpers.target_masks(target, ignore)
         return preds, positive, known, sample_weight

@@ -12,7 +12,10 @@ from typing import Iterator, Optional, Tuple
 
 from torch_lwlrap._options import ENGINES
 
-__all__ = ["ENGINES", "ENGINE_VARIABLE", "compiled_cpu_allowed", "forced_chunk_elements", "get_engine", "use_engine"]
+__all__ = [
+    "BUDGETS", "ENGINES", "ENGINE_VARIABLE", "chunk_elements", "compiled_cpu_allowed", "forced_chunk_elements",
+    "get_engine", "use_engine",
+]
 
 #: Environment variable that selects the engine path without code changes (read when ranking).
 ENGINE_VARIABLE = "TORCH_LWLRAP_ENGINE"
@@ -51,8 +54,9 @@ def get_engine() -> str:
 def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[None]:
     """Force an engine path (and optionally a chunk size) inside a ``with`` block, for tests and benchmarks.
 
-    ``chunk_elements`` is about the number of scores per chunk, both in the chunks of samples a batch is formatted
-    and ranked in (:func:`torch_lwlrap._checks.formatted_chunks`) and in the torch paths' workspace.
+    ``chunk_elements`` is about the number of elements (scores, counts or weights) per chunk: it replaces every
+    chunk budget of the package (:data:`BUDGETS`), from the chunks of samples a batch is formatted and ranked in to
+    the torch paths' workspace and the bootstrap's blocks.
 
     Every path gives the same result up to float64 rounding; only the speed differs.
 
@@ -73,6 +77,53 @@ def forced_chunk_elements() -> Optional[int]:
     """The chunk size forced by :func:`use_engine`, or None for the defaults."""
     forced = _forced.get()
     return None if forced is None else forced[1]
+
+
+# The chunk budgets, each under its own name: about how many elements one chunk of work holds, so that every
+# workspace stays bounded whatever the batch size. A chunk size forced by use_engine replaces each of them
+# (chunk_elements); INPUT_CHUNK_BYTES is the one budget in bytes, and a forced size bounds the scores per chunk there.
+
+#: Input formatting (torch_lwlrap._checks.formatted_chunks): bytes of flattened copies and masks per chunk of samples.
+INPUT_CHUNK_BYTES = 64 << 20
+
+#: Torch sort and count paths: scores per block of rows off the CPU (the workspace takes a few dozen bytes a score).
+TORCH_PATH_CHUNK_ELEMENTS = 1 << 21
+
+#: Torch sort and count paths: scores per block of rows on the CPU.
+TORCH_PATH_CPU_CHUNK_ELEMENTS = 1 << 22
+
+#: Torch count path on the CPU: scores compared per pass, sized for the block and its 0/1 buffer to stay in the
+#: core's cache (measured with ``benchmarks/``).
+TORCH_PATH_CPU_PASS_ELEMENTS = 1 << 17
+
+#: Numba passes: scores converted per chunk when the input must be widened or made contiguous first.
+NUMBA_CONVERSION_CHUNK_ELEMENTS = 1 << 22
+
+#: Dense label counts (torch_lwlrap._ranking.label_counts_chunks): seven (n, C) outputs take 25 bytes a score, the
+#: sort's workspace a few dozen more.
+LABEL_COUNTS_CHUNK_ELEMENTS = 1 << 20
+
+#: Bootstrap weights drawn per block by torch (torch_lwlrap._bootstrap): int64 temporaries of 8 MiB each.
+BOOTSTRAP_BLOCK_ELEMENTS = 1 << 20
+
+BUDGETS = (
+    "INPUT_CHUNK_BYTES", "TORCH_PATH_CHUNK_ELEMENTS", "TORCH_PATH_CPU_CHUNK_ELEMENTS", "TORCH_PATH_CPU_PASS_ELEMENTS",
+    "NUMBA_CONVERSION_CHUNK_ELEMENTS", "LABEL_COUNTS_CHUNK_ELEMENTS", "BOOTSTRAP_BLOCK_ELEMENTS",
+)
+
+
+def chunk_elements(budget: str) -> int:
+    """The elements per chunk of the budget named ``budget`` (one of :data:`BUDGETS` but the byte budget): the chunk
+    size forced by :func:`use_engine` where one is, else the budget's value (read when called: tests may set it).
+
+    Example:
+        >>> with use_engine("sort", chunk_elements=1000):
+        ...     chunk_elements("BOOTSTRAP_BLOCK_ELEMENTS")
+        1000
+    """
+    if budget not in BUDGETS or budget == "INPUT_CHUNK_BYTES":
+        raise ValueError(f"Argument `budget` must name one of the element budgets {BUDGETS[1:]}, but got {budget!r}.")
+    return forced_chunk_elements() or globals()[budget]
 
 
 def compiled_cpu_allowed() -> bool:

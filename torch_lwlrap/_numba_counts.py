@@ -24,9 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._numba_kernel import BLOCK_ROWS, CHUNK_ELEMENTS, sort_min_positives
+from torch_lwlrap._engine_config import chunk_elements
+from torch_lwlrap._numba_kernel import BLOCK_ROWS, sort_min_positives
+from torch_lwlrap import _numba_kernel
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
-from torch_lwlrap._tie_rules import LabelCounts
+from torch_lwlrap._types import LabelCounts
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
     from torch_lwlrap._numba_kernel import _positive_columns
@@ -52,6 +54,12 @@ class CompactCounts(NamedTuple):
     counts: LabelCounts  #: over (P,), int32, ``positive`` all True
     nan_found: bool  #: ``check_nan`` found a NaN in the block's rows
     untied: Optional[UntiedSums] = None  #: with ``defer_untied``: the sums of the positives left out of ``counts``
+
+
+def unavailable_reason(device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
+    """Why the compiled pass cannot count the labels of scores on ``device`` (of ``dtype``, when given; None: it
+    can): the numba ranking kernel's reasons, whose conversions and row blocks it shares."""
+    return _numba_kernel.unavailable_reason(device, dtype)
 
 
 def label_counts_numba(
@@ -121,7 +129,7 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
     head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
     positive_words = positive_bytes[head : head + (positive_bytes.size - head) // 8 * 8].view(np.uint64)
     native = preds.dtype in (torch.float32, torch.float64)
-    rows_per_chunk = max(1, CHUNK_ELEMENTS // max(num_classes, 1))
+    rows_per_chunk = max(1, chunk_elements("NUMBA_CONVERSION_CHUNK_ELEMENTS") // max(num_classes, 1))
     start = 0
     while start < num_samples:
         # As many rows as fit max_positives (at least one), and as fit a chunk when the scores must be converted.

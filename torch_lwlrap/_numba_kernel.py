@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap._kernel_contract import SCORE_DTYPES, check_kernel_args
+from torch_lwlrap import _engine_config, _numba_runtime
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 
 #: Rows per block: the unit of work of one thread, and of one row of the class-sum workspace.
@@ -54,8 +55,22 @@ BLOCK_ROWS = 128
 #: measured on the CPU with ``benchmarks/crossover.py``.
 SORT_POSITIVES_PER_LOG2 = 160
 
-#: Scores converted per chunk when the input must be widened or made contiguous first.
-CHUNK_ELEMENTS = 1 << 22
+def unavailable_reason(device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
+    """Why the compiled path cannot rank scores on ``device`` (of ``dtype``, when given); None: it can.
+
+    Example:
+        >>> import torch
+        >>> unavailable_reason("cpu", torch.int32) or ""
+        'the numba kernels rank float16, bfloat16, float32 and float64 scores, not int32 ones'
+    """
+    reason = _numba_runtime.unavailable_reason(device)
+    if reason is None and dtype is not None and dtype not in SCORE_DTYPES:
+        names = [str(d).replace("torch.", "") for d in SCORE_DTYPES]
+        return (
+            f"the numba kernels rank {', '.join(names[:-1])} and {names[-1]} scores, not "
+            f"{str(dtype).replace('torch.', '')} ones"
+        )
+    return reason
 
 
 def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
@@ -68,9 +83,7 @@ def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
         >>> is_available("cpu", torch.int32)
         False
     """
-    if numba is None or (dtype is not None and dtype not in SCORE_DTYPES):
-        return False
-    return torch.device(device).type == "cpu"
+    return unavailable_reason(device, dtype) is None
 
 
 def sort_min_positives(num_classes: int) -> int:
@@ -201,7 +214,9 @@ def ranking_sums_numba(
 
     native = preds.dtype in (torch.float32, torch.float64)
     in_place = native and known is None and preds.is_contiguous() and positive.is_contiguous()
-    rows_per_chunk = num_samples if in_place else max(1, (chunk_elements or CHUNK_ELEMENTS) // num_classes)
+    if not in_place:
+        chunk_elements = chunk_elements or _engine_config.chunk_elements("NUMBA_CONVERSION_CHUNK_ELEMENTS")
+    rows_per_chunk = num_samples if in_place else max(1, chunk_elements // num_classes)
     dummy_known = np.ones((1, 1), dtype=np.uint8)
     nan_found = False
     for start in range(0, num_samples, rows_per_chunk):

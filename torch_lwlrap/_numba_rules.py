@@ -12,17 +12,19 @@ against 0.1 ms.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
-
+from torch_lwlrap import _numba_runtime
 from torch_lwlrap._numba_runtime import numba, serial_kernel
 
 
-def available() -> bool:
-    return numba is not None
+def unavailable_reason(device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
+    """Why the compiled pass cannot evaluate the rule on counts on ``device`` (None: it can)."""
+    return _numba_runtime.unavailable_reason(device)
 
 
 def expected_precision(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import types
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -38,7 +38,23 @@ except Exception:  # pragma: no cover - depends on the installation
     njit = None
     prange = range
 
-__all__ = ["numba", "prange", "parallel_and_serial", "run", "serial_kernel", "threads_for"]
+__all__ = ["numba", "prange", "parallel_and_serial", "run", "serial_kernel", "threads_for", "unavailable_reason"]
+
+
+def unavailable_reason(device) -> Optional[str]:
+    """Why no compiled CPU kernel can take tensors on ``device`` (None: they can), in words for a warning: what every
+    numba backend declares, before its own conditions.
+
+    Example:
+        >>> unavailable_reason("cuda")
+        'the numba kernels take CPU tensors, not cuda ones'
+    """
+    device = torch.device(device)
+    if device.type != "cpu":
+        return f"the numba kernels take CPU tensors, not {device.type} ones"
+    if numba is None:
+        return "numba is not installed"
+    return None
 
 #: Scores (or items) per thread below which a pass uses fewer threads, down to the serial variant: at twice this, no
 #: parallel region is entered (``benchmarks/latency.py``).

@@ -23,7 +23,7 @@ from typing import Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _numba_counts
+from torch_lwlrap import _dispatch, _numba_counts
 from torch_lwlrap._checks import formatted_chunks
 from torch_lwlrap._options import TIES
 from torch_lwlrap._ranking import (
@@ -33,7 +33,6 @@ from torch_lwlrap._ranking import (
     joined_compact_counts,
     label_counts_chunks,
     label_precision,
-    takes_numba_path,
 )
 
 #: Metrics :func:`chunk_sums` can reduce, in the order of their states.
@@ -125,7 +124,7 @@ def positive_counts_chunks(
     as they come; elsewhere the dense counts of :func:`torch_lwlrap._ranking.label_counts_chunks`, through
     :func:`positive_entries`.
     """
-    if not takes_numba_path(preds.device, preds.dtype):
+    if not _dispatch.compiled_cpu_pass("counts", preds.device, preds.dtype):
         for first, counts in label_counts_chunks(preds, target, ignore_index):
             yield first, positive_entries(counts)
         return

@@ -23,7 +23,8 @@ Four interchangeable paths compute the counts; every one gives the same sums up 
 ``"auto"`` (the default) takes the compiled path for the tensors' device where its library is installed (numba for
 the CPU, Triton for CUDA); otherwise it picks ``"sort"`` or ``"count"`` per batch on the CPU from the label density
 (see :data:`COUNT_MAX_DENSITY`) and ``"sort"`` elsewhere (its choice needs no host-device sync). The torch paths
-process rows in chunks of about :data:`CHUNK_ELEMENTS` scores, so the workspace is bounded whatever the batch size.
+process rows in chunks of about :data:`~torch_lwlrap._engine_config.TORCH_PATH_CHUNK_ELEMENTS` scores, so the workspace
+is bounded whatever the batch size.
 
 The path is chosen when ranking: by :func:`use_engine` in the calling thread or context, else by the environment
 variable ``TORCH_LWLRAP_ENGINE`` (one of :data:`ENGINES`), else ``"auto"``. If launching the Triton kernel raises
@@ -49,32 +50,26 @@ of theirs), for :func:`label_precision`.
 
 from __future__ import annotations
 
-import functools
-import sys
-import threading
-import warnings
 from typing import Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _numba_counts, _numba_kernel, _triton_kernel
+from torch_lwlrap import _dispatch, _numba_counts
 from torch_lwlrap._checks import KERNEL_TIES, formatted_chunks
 from torch_lwlrap._engine_config import (  # noqa: F401 - the engine setting, re-exported where it always was
     ENGINE_VARIABLE,
     ENGINES,
-    compiled_cpu_allowed,
+    chunk_elements,
     forced_chunk_elements,
     get_engine,
     use_engine,
 )
+from torch_lwlrap._dispatch import EngineFallbackWarning  # noqa: F401 - re-exported (the public name)
 from torch_lwlrap._tie_rules import LabelCounts, label_precision
 from torch_lwlrap._torch_paths import (  # noqa: F401 - the torch paths and their budgets, re-exported
-    CHUNK_ELEMENTS,
     COUNT_MAX_DENSITY,
-    CPU_CHUNK_ELEMENTS,
-    CPU_PASS_ELEMENTS,
     _block_rows,
     _count_path,
     _label_counts,
@@ -87,82 +82,6 @@ from torch_lwlrap._types import RankingSums, ScoresContainNaN  # noqa: F401 - re
 
 __all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "use_engine"]
 
-class EngineFallbackWarning(RuntimeWarning):
-    """A compiled engine path failed or cannot run, and the batch was ranked on a torch path instead.
-
-    The values stay exact (every path computes the same counts); only the speed differs. Issued once per process
-    and cause.
-    """
-
-
-#: The exception that made the Triton kernel fail in this process (then CUDA batches take the torch path), or None.
-_triton_failure: Optional[BaseException] = None
-_warned: set = set()
-_warn_lock = threading.Lock()
-
-
-def _warn_once(key, message: str) -> None:
-    with _warn_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    # Point at the user's line: the first frame outside this package, torchmetrics and torch.
-    frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_MODULES:
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, EngineFallbackWarning, stacklevel=level)
-
-
-_LIBRARY_MODULES = ("torch_lwlrap", "torchmetrics", "torch", "contextlib")
-
-
-def _triton_failed(error: Exception, device: torch.device) -> None:
-    global _triton_failure
-    _triton_failure = error
-    _warn_once(
-        "triton-failed",
-        f"torch_lwlrap: the Triton kernel failed on {device} ({type(error).__name__}: {error}). Ranking with the "
-        f"torch sort path from now on in this process: the values stay exact, but ranking is slower. To fix it, "
-        f"install the Triton version your PyTorch build was made with (`pip install triton==<version>`, the "
-        f"package's `gpu` extra) and an up-to-date GPU driver, or set {ENGINE_VARIABLE}=sort to choose the torch path "
-        f"and silence this warning.",
-    )
-
-
-def _warn_unavailable(engine: str, device: torch.device) -> None:
-    """Warn (once per cause) that a compiled path cannot rank these tensors where one was expected: the path was
-    forced (``TORCH_LWLRAP_ENGINE`` or :func:`use_engine`), or ``"auto"`` meets a Triton that fails to import."""
-    if engine == "numba":
-        if device.type == "meta":
-            return  # shapes only: tests of syncs and memory force paths on meta tensors
-        if device.type != "cpu":
-            reason = "the numba kernels rank CPU tensors"
-            fix = f"move the tensors to the CPU, or set {ENGINE_VARIABLE}=auto (or unset it) to pick by device"
-        elif _numba_kernel.numba is None:
-            reason, fix = "numba is not installed", "install it with `pip install numba` (the package's `cpu` extra)"
-        else:
-            return
-    else:  # "triton", or "auto" on a device other than the CPU
-        if device.type not in _triton_kernel.GPU_DEVICE_TYPES:
-            if engine == "auto" or device.type == "meta":
-                return  # auto on a device Triton never serves; meta tensors in tests of syncs and memory
-            reason = f"the kernel ranks CUDA tensors, not {device.type} ones"
-            fix = f"move the tensors to a CUDA GPU, or set {ENGINE_VARIABLE}=auto (or unset it) to pick by device"
-        else:
-            reason = _triton_kernel.unavailable_reason(device)
-            if reason is None or (engine == "auto" and _triton_kernel._IMPORT_ERROR is None):
-                return  # auto without Triton, or on a GPU older than Volta: the torch path, as documented
-            if _triton_kernel.triton is None:
-                fix = "install a Triton that matches your PyTorch with `pip install triton` (the package's `gpu` extra)"
-            else:
-                fix = f"set {ENGINE_VARIABLE}=auto (or unset it), which takes the torch path on this GPU silently"
-    _warn_once(
-        ("unavailable", engine, reason),
-        f"torch_lwlrap: the {engine} engine cannot rank {device} tensors: {reason}. Ranking with the torch sort "
-        f"path instead (exact, slower); to fix it, {fix}.",
-    )
-
-
 def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether scores of ``dtype`` on ``device`` are ranked by the numba path.
 
@@ -170,7 +89,7 @@ def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     the scores instead of reading them once more (that costs as much as the ranking itself on the CPU), and the
     target is checked and turned into masks by the path's compiled helpers.
     """
-    return _compiled_path(get_engine(), device, dtype)[0] == "numba"
+    return _dispatch.ranking_backend(device, dtype) == "numba"
 
 
 def ranking_sums(
@@ -190,17 +109,18 @@ def ranking_sums(
     num_samples, num_classes = preds.shape
     device = preds.device
     engine = get_engine()
-    name, kernel = _compiled_path(engine, device, preds.dtype)
-    if name is None and (engine in ("numba", "triton") or (engine == "auto" and device.type not in ("cpu", "meta"))):
-        _warn_unavailable(engine, device)
-    if check_nan and name != "numba" and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
-        raise ScoresContainNaN("`preds` contains NaN.")
+    name = _dispatch.ranking_backend(device, preds.dtype, engine)
+    if name is None:
+        _dispatch.warn_if_unserved(engine, device, preds.dtype)
     if ties not in KERNEL_TIES:
         # A reduction over label counts: counted by the numba pass on the CPU, by a sort elsewhere.
-        return _sums_from_counts(preds, positive, known, ties, check_nan and name == "numba")
-    if kernel is not None:
+        return _sums_from_counts(preds, positive, known, ties, check_nan)
+    if check_nan and name != "numba" and preds.numel() and torch.isnan(torch.aminmax(preds)[0]):
+        raise ScoresContainNaN("`preds` contains NaN.")
+    if name is not None:
         # A compiled path counts the labels in the same pass as the ranks, and writes every per-sample output.
-        sums = RankingSums.for_kernel(num_samples, num_classes, device)
+        kernel = _dispatch.ranking_kernel(name)
+        sums = RankingSums.zeros(num_samples, num_classes, device)
         if name == "numba":
             if kernel(preds, positive, known, *sums, ties=ties, check_nan=check_nan):
                 raise ScoresContainNaN("`preds` contains NaN.")
@@ -211,50 +131,18 @@ def ranking_sums(
             kernel(preds, positive, known, *sums, ties=ties)
             return sums
         except Exception as error:  # any failure to compile or launch: rank on the torch path (new sums)
-            _triton_failed(error, device)
+            _dispatch.triton_failed(error, device)
     if known is not None:
         positive = positive & known
-    class_label_count, sample_label_count, sample_known_count = _label_counts(positive, known)
-    sums = RankingSums(
-        torch.zeros(num_classes, dtype=torch.float64, device=device),
-        class_label_count,
-        torch.zeros(num_samples, dtype=torch.float64, device=device),
-        sample_label_count,
-        sample_known_count,
-    )
+    sums = RankingSums.zeros(num_samples, num_classes, device)
+    _label_counts(positive, known, sums)
     if num_samples == 0:
         return sums
-    if engine not in ("sort", "count"):  # "auto", or a compiled path that cannot run here
-        if engine != "auto" or device.type != "cpu":
-            # Off the CPU the density is not known on the host without a sync; the sort path needs none.
-            engine = "sort"
-        else:
-            engine = choose_engine(num_samples, num_classes, int(class_label_count.sum()))
-    if engine == "sort":
+    if _dispatch.torch_path(engine, device, num_samples, num_classes, sums.class_label_count) == "sort":
         _sort_path(preds, positive, known, ties, sums)
     else:
         _count_path(preds, positive, known, ties, sums)
     return sums
-
-
-def _compiled_path(engine: str, device: torch.device, dtype: torch.dtype):
-    """``(name, kernel)`` of the compiled path that ``engine`` runs on ``device``; ``(None, None)``: a torch path.
-
-    ``"auto"`` takes the numba kernel for CPU tensors and the Triton kernel for CUDA tensors when they are installed;
-    ``"numba"`` and ``"triton"`` force theirs, and fall back to the torch ``"sort"`` path where it cannot run.
-    """
-    if engine == "numba" or (engine == "auto" and device.type == "cpu"):
-        if _numba_kernel.is_available(device, dtype):
-            return "numba", functools.partial(_numba_kernel.ranking_sums_numba, chunk_elements=forced_chunk_elements())
-    if (engine == "triton" or (engine == "auto" and device.type == "cuda")) and _triton_failure is None:
-        if _triton_kernel.is_available(device, dtype):
-            return "triton", _triton_kernel.ranking_sums_triton
-    return None, None
-
-
-#: Scores per chunk of :func:`label_counts_chunks`: its seven dense ``(n, C)`` outputs take 25 bytes per score and the
-#: sort's workspace a few dozen more.
-COUNTS_CHUNK_ELEMENTS = 1 << 20
 
 
 def label_counts_chunks(
@@ -264,7 +152,8 @@ def label_counts_chunks(
 
     ``preds`` and ``target`` are ``(N, C)`` or ``(N, C, ...)`` tensors that passed
     :func:`torch_lwlrap._checks.check_inputs` (extra dimensions become rows, as everywhere: ``first row`` counts
-    rows of the flattened ``(N * prod(...), C)`` batch). Each chunk holds about :data:`COUNTS_CHUNK_ELEMENTS`
+    rows of the flattened ``(N * prod(...), C)`` batch). Each chunk holds about
+    :data:`~torch_lwlrap._engine_config.LABEL_COUNTS_CHUNK_ELEMENTS`
     scores (or the chunk size forced by :func:`use_engine`), so the workspace is bounded whatever the batch size.
 
     Example:
@@ -277,10 +166,10 @@ def label_counts_chunks(
         >>> label_precision(counts, "max").tolist()  # (A_p + p) / (A + g)
         [[0.0, 0.5, 0.0, 0.5, 0.6]]
     """
-    budget = forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS
-    name = _compiled_path(get_engine(), preds.device, preds.dtype)[0]
+    budget = chunk_elements("LABEL_COUNTS_CHUNK_ELEMENTS")
+    compiled = _dispatch.compiled_cpu_pass("counts", preds.device, preds.dtype)
     first_row = 0
-    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, name == "numba"):
+    for scores, positive, known, _ in formatted_chunks(preds, target, ignore_index, None, budget, compiled):
         yield first_row, label_counts(scores, positive, known)
         first_row += scores.shape[0]
 
@@ -300,7 +189,7 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
     """Dense ``(n, C)`` :class:`LabelCounts` of one chunk of ranking inputs (as :func:`ranking_sums` takes them)."""
     if known is not None:
         positive = positive & known
-    if _compiled_path(get_engine(), preds.device, preds.dtype)[0] != "numba":
+    if not _dispatch.compiled_cpu_pass("counts", preds.device, preds.dtype):
         return dense_label_counts(preds, positive, known)
     num_samples, num_classes = preds.shape
     dense = [torch.zeros(num_samples * num_classes, dtype=torch.int32) for _ in LabelCounts._fields[1:]]
@@ -406,7 +295,7 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
     more read of the scores and a host-device sync)."""
     num_samples, num_classes = preds.shape
     device = preds.device
-    if _compiled_path(get_engine(), device, preds.dtype)[0] == "numba":
+    if _dispatch.compiled_cpu_pass("counts", device, preds.dtype):
         known_count, compact = _numba_counts.label_counts_numba(
             preds, positive, known, check_nan=check_nan, defer_untied=True
         )
@@ -423,7 +312,7 @@ def _counts_blocks(preds: Tensor, positive: Tensor, known: Optional[Tensor], che
     if known is not None:
         positive = positive & known
     rows = _block_rows(num_classes, device)
-    rows = max(1, min(rows, (forced_chunk_elements() or COUNTS_CHUNK_ELEMENTS) // max(num_classes, 1)))
+    rows = max(1, min(rows, chunk_elements("LABEL_COUNTS_CHUNK_ELEMENTS") // max(num_classes, 1)))
 
     def dense_blocks():
         for start in range(0, num_samples, rows):
@@ -441,20 +330,11 @@ def _sums_from_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor], 
     num_samples, num_classes = preds.shape
     device = preds.device
     known_count, blocks = _counts_blocks(preds, positive, known, check_nan)
+    sums = RankingSums.zeros(num_samples, num_classes, device)
     if known_count is not None:  # compact counts: the label counts come with them
-        sums = RankingSums.for_kernel(num_samples, num_classes, device)  # every row's sums are set below
         sums.sample_known_count.copy_(known_count)
     else:
-        class_label_count, sample_label_count, sample_known_count = _label_counts(
-            positive if known is None else positive & known, known
-        )
-        sums = RankingSums(
-            torch.zeros(num_classes, dtype=torch.float64, device=device),
-            class_label_count,
-            torch.empty(num_samples, dtype=torch.float64, device=device),
-            sample_label_count,
-            sample_known_count,
-        )
+        _label_counts(positive if known is None else positive & known, known, sums)
     for start, rows, cols, counts, untied in blocks:
         if rows is not None and not rows.numel():  # no tied positive: the pass summed every precision
             precision = None

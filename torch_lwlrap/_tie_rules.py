@@ -32,37 +32,19 @@ the arithmetic there.
 
 from __future__ import annotations
 
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _numba_rules
-from torch_lwlrap._engine_config import compiled_cpu_allowed
+from torch_lwlrap import _dispatch, _numba_rules
 from torch_lwlrap._options import TIES
+from torch_lwlrap._types import LabelCounts  # noqa: F401 - the counts the rules reduce, re-exported
 
 #: Rules that bound a sum of precisions over every order of tied scores (:func:`label_precision`): ``"best"`` puts
 #: each tie group's positives first, ``"worst"`` last. Each tie group contributes independently, so the sums of these
 #: precisions are the exact minimum and maximum over tie orders of any sum of precisions of whole groups (weighted
 #: lwlrap, a sample's LRAP).
 BOUNDS = ("best", "worst")
-
-
-class LabelCounts(NamedTuple):
-    """Counts for each positive label of a chunk of rows, ignored labels removed from the rows.
-
-    :func:`torch_lwlrap._ranking.label_counts_chunks` gives dense ``(n, C)`` tensors, zero where ``positive`` is
-    False; the engine's CPU path uses the same tuple over the ``(P,)`` positives of a chunk (``positive`` all True).
-    Counts are int32.
-    """
-
-    positive: Tensor  #: bool: a positive label that is not ignored
-    above: Tensor  #: ``A``: labels of the row scoring strictly higher
-    above_positive: Tensor  #: ``A_p``: positives among them
-    tied: Tensor  #: ``g``: labels with exactly the same score, itself included (>= 1)
-    tied_positive: Tensor  #: ``p``: positives among them, itself included (>= 1)
-    tied_before: Tensor  #: ``b``: tied labels at a lower column (what ``ties="index"`` puts ahead)
-    tied_positive_before: Tensor  #: ``b_p``: positives among them
 
 
 def label_precision(counts: LabelCounts, ties: str) -> Tensor:
@@ -88,7 +70,7 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
     elif ties == "index":
         precision = (above_positive + counts.tied_positive_before + 1) / (above + counts.tied_before + 1)
     elif ties == "expected":
-        if _compiled_on_cpu(counts.above):
+        if _dispatch.compiled_cpu_pass("rules", counts.above.device):
             s_table, t_table = _tables(torch.device("cpu"))
             precision = _numba_rules.expected_precision(
                 *counts[1:5], s_table=s_table, t_table=t_table, small=_SMALL, coefficients=_TAIL_COEFFICIENTS,
@@ -111,12 +93,6 @@ def label_precision(counts: LabelCounts, ties: str) -> Tensor:
     else:
         raise ValueError(f"Argument `ties` must be one of {TIES}, but got {ties!r}.")
     return torch.where(counts.positive, precision, 0.0)
-
-
-def _compiled_on_cpu(counts: Tensor) -> bool:
-    """Whether ``"expected"`` is evaluated by the compiled pass of :mod:`torch_lwlrap._numba_rules`: CPU counts,
-    numba installed and the engine free to use it (``"auto"`` or ``"numba"``; the torch paths stay torch only)."""
-    return counts.device.type == "cpu" and compiled_cpu_allowed() and _numba_rules.available()
 
 
 def _expected_precision(above: Tensor, above_positive: Tensor, tied: Tensor, tied_positive: Tensor) -> Tensor:

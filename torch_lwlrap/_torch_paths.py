@@ -6,16 +6,14 @@ dense per-positive counts share (:func:`torch_lwlrap._ranking.dense_label_counts
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
-from torch_lwlrap._engine_config import forced_chunk_elements
+from torch_lwlrap._engine_config import chunk_elements
 from torch_lwlrap._types import RankingSums
 
-#: Scores ranked per chunk: the workspace is a few dozen bytes per score, so about 100 MB on the sort path.
-CHUNK_ELEMENTS = 1 << 21
 
 #: Without a compiled path, ``"auto"`` ranks CPU tensors with the sort-free ``"count"`` path while
 #: ``positives / (N * log2(C))`` stays below this, else with ``"sort"``: counting costs a pass over the row per
@@ -32,28 +30,24 @@ def choose_engine(num_samples: int, num_classes: int, num_positives: int) -> str
     return "count" if density < COUNT_MAX_DENSITY else "sort"
 
 
-def _label_counts(positive: Tensor, known: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(positives per class, positives per sample, known labels per sample)``, int64, counted a block at a time.
+def _label_counts(positive: Tensor, known: Optional[Tensor], sums: RankingSums) -> None:
+    """Count into zeroed ``sums`` the positives per class and per sample and the known labels per sample (int64),
+    a block of rows at a time.
 
     torch casts a whole bool tensor to the accumulation dtype before summing it (8 bytes per label for int64):
     blocks of rows keep that copy small.
     """
     num_samples, num_classes = positive.shape
-    device = positive.device
-    class_count = torch.zeros(num_classes, dtype=torch.int64, device=device)
-    sample_count = torch.empty(num_samples, dtype=torch.int64, device=device)
     if known is None:
-        known_count = torch.full((num_samples,), num_classes, dtype=torch.int64, device=device)
-    else:
-        known_count = torch.empty(num_samples, dtype=torch.int64, device=device)
-    rows = _block_rows(num_classes, device)
+        sums.sample_known_count.fill_(num_classes)
+    rows = _block_rows(num_classes, positive.device)
     for start in range(0, num_samples, rows):
         block = positive[start : start + rows]
-        class_count += block.sum(0, dtype=torch.int64)
-        torch.sum(block, 1, dtype=torch.int64, out=sample_count[start : start + rows])
+        sums.class_label_count.add_(block.sum(0, dtype=torch.int64))
+        torch.sum(block, 1, dtype=torch.int64, out=sums.sample_label_count[start : start + rows])
         if known is not None:
-            torch.sum(known[start : start + rows], 1, dtype=torch.int64, out=known_count[start : start + rows])
-    return class_count, sample_count, known_count
+            out = sums.sample_known_count[start : start + rows]
+            torch.sum(known[start : start + rows], 1, dtype=torch.int64, out=out)
 
 
 def _sort_path(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: str, sums: RankingSums) -> None:
@@ -133,7 +127,8 @@ def _count_path(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: 
     rows_per_block = _block_rows(num_classes, preds.device)
     rows_per_pass = rows_per_block
     if preds.device.type == "cpu":
-        rows_per_pass = max(1, min(rows_per_block, CPU_PASS_ELEMENTS // max(num_classes, 1)))
+        per_pass = chunk_elements("TORCH_PATH_CPU_PASS_ELEMENTS")
+        rows_per_pass = max(1, min(rows_per_block, per_pass // max(num_classes, 1)))
     count_dtype = torch.float32 if num_classes < (1 << 24) else torch.float64  # 0/1 sums stay exact
     for start in range(0, num_samples, rows_per_block):
         stop = min(start + rows_per_block, num_samples)
@@ -188,21 +183,13 @@ def _count_path(preds: Tensor, positive: Tensor, known: Optional[Tensor], ties: 
         _add_precisions(sums, start, found, _positive_hits(found.table, found.per_row, ties), rank)
 
 
-#: Scores per block of rows on CPU (the workspace is a few dozen bytes per score). :data:`CHUNK_ELEMENTS` applies
-#: to other devices.
-CPU_CHUNK_ELEMENTS = 1 << 22
-
-#: Count path on CPU: scores compared per pass, sized for the block and its 0/1 buffer to stay in the core's cache
-#: (measured with ``benchmarks/``).
-CPU_PASS_ELEMENTS = 1 << 17
-
 #: Count path: a slot gets its own pass over the block when at least this share of the block's rows use it; the
 #: rows of rarer slots are gathered and counted one positive at a time.
 _PASS_MIN_SHARE = 0.5
 
 
 def _block_rows(num_classes: int, device: torch.device) -> int:
-    budget = forced_chunk_elements() or (CPU_CHUNK_ELEMENTS if device.type == "cpu" else CHUNK_ELEMENTS)
+    budget = chunk_elements("TORCH_PATH_CPU_CHUNK_ELEMENTS" if device.type == "cpu" else "TORCH_PATH_CHUNK_ELEMENTS")
     return max(1, budget // max(num_classes, 1))
 
 

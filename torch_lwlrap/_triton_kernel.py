@@ -187,21 +187,22 @@ def is_available(device, dtype: Optional[torch.dtype] = None) -> bool:
         >>> is_available("cuda", torch.float8_e4m3fn)
         False
     """
+    return unavailable_reason(torch.device(device), dtype) is None
+
+
+def unavailable_reason(device: torch.device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
+    """Why the kernel cannot rank tensors on ``device`` (of ``dtype``, when given; None: it can), in words for a
+    warning."""
     if dtype is not None and dtype not in SCORE_DTYPES:
-        return False
-    return unavailable_reason(torch.device(device)) is None
-
-
-def unavailable_reason(device: torch.device) -> Optional[str]:
-    """Why the kernel cannot rank tensors on ``device`` (None: it can), in words for a warning."""
-    if triton is None:
-        if _IMPORT_ERROR is not None:
-            return f"Triton is installed but failed to import ({_IMPORT_ERROR})"
-        return "Triton is not installed"
+        return f"the Triton kernel ranks floating scores, not {str(dtype).replace('torch.', '')} ones"
     if _INTERPRETED:
         return None if device.type == "cpu" else "Triton runs as an interpreter (TRITON_INTERPRET=1): CPU tensors only"
     if device.type not in GPU_DEVICE_TYPES:
         return f"the kernel ranks CUDA tensors, not {device.type} ones"
+    if triton is None:
+        if _IMPORT_ERROR is not None:
+            return f"Triton is installed but failed to import ({_IMPORT_ERROR})"
+        return "Triton is not installed"
     capability = _capability(device)
     if capability is None:
         return "no CUDA device is present"

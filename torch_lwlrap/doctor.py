@@ -202,14 +202,12 @@ def devices() -> List[torch.device]:
 
 def auto_path(device: torch.device, dtype: torch.dtype, num_samples: int, num_classes: int, positives: int) -> str:
     """The path ``"auto"`` takes for a batch of these sizes: a compiled one, else the torch path it picks."""
-    from torch_lwlrap import _ranking
+    from torch_lwlrap import _dispatch
 
-    name, _ = _ranking._compiled_path("auto", device, dtype)
+    name = _dispatch.ranking_backend(device, dtype, "auto")
     if name is not None:
         return name
-    if device.type != "cpu":
-        return "sort"
-    return _ranking.choose_engine(num_samples, num_classes, positives)
+    return _dispatch.torch_path("auto", device, num_samples, num_classes, torch.tensor([positives]))
 
 
 # ---------------------------------------------------------------------------------------------------------------

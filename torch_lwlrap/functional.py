@@ -101,7 +101,7 @@ def _batch_totals(
     ``sums`` are the :class:`RankingSums` of a chunk of samples and ``weight`` its ``(M,)`` sample weights (or
     None). The whole batch is checked before the first chunk is ranked (one host-device sync with
     ``validate_args``); chunks of samples bound the workspace whatever the batch size
-    (:data:`torch_lwlrap._checks.CHUNK_BYTES`).
+    (:data:`torch_lwlrap._engine_config.INPUT_CHUNK_BYTES`).
     """
     numba_path, preds, target, sample_weight = _check_batch(
         preds, target, num_labels, ignore_index, validate_args, sample_weight, nan_later=True
