@@ -68,7 +68,7 @@ def numba_rows(sizes: Sequence[tuple], densities: Sequence[float], min_run_time:
             for name, sort_above in (("count", num_classes), ("sort", 0)):
 
                 def call(sort_above=sort_above):
-                    sums = RankingSums.for_kernel(num_samples, num_classes)
+                    sums = RankingSums.zeros(num_samples, num_classes)
                     _numba_kernel.ranking_sums_numba(preds, target, None, *sums, sort_above=sort_above)
 
                 times[name] = time_fast(call, min_run_time)

@@ -112,7 +112,7 @@ def sparse_target(num_samples, num_classes, device, low=1, high=3, generator=Non
 def path_sums(path, preds, positive, known, ties, **tuning):
     """(class sums, sample sums) of one engine path; ``tuning`` goes to the Triton kernel directly."""
     if path == "triton" and tuning:
-        sums = RankingSums.for_kernel(*preds.shape, preds.device)
+        sums = RankingSums.zeros(*preds.shape, preds.device)
         kernel.ranking_sums_triton(preds, positive, known, *sums, ties=ties, **tuning)
         return sums[0], sums[2]
     with use_engine(path):

@@ -84,7 +84,7 @@ def compile_for(
         preds,
         positive,
         known,
-        RankingSums.for_kernel(*preds.shape, preds.device),
+        RankingSums.zeros(*preds.shape, preds.device),
         ties=ties,
         block_rows=block_rows,
         max_block=kernel.MAX_BLOCK if max_block is None else max_block,
