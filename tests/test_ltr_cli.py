@@ -1,5 +1,6 @@
 """``torch-lwlrap compare --agreement K``: the mean Kendall distance at K between the two submissions, one line in
-the report and a field of --json, from the rows and classes as matched (B's columns in A's order)."""
+the report and a field of --json, from the rows and classes as matched (B's columns in A's order); and the smoke test
+of the learning-to-rank benchmark script."""
 
 from __future__ import annotations
 
@@ -54,3 +55,21 @@ def test_without_agreement_nothing_changes(files, capsys):
 def test_a_bad_k_is_refused_naming_the_option(files, capsys, value):
     assert main(["compare", *files, "--agreement", value]) == 2
     assert f"argument --agreement: expected a positive integer, such as 10, but got '{value}'" in capsys.readouterr().err
+
+
+def test_benchmark_script_times_every_entry_and_reports_each_goal(tmp_path):
+    # A smoke test at a toy size: the script runs, writes its table and JSON, and names every entry and goal. No time
+    # is asserted.
+    from benchmarks import ltr_agreement
+
+    out = tmp_path / "bench"
+    assert ltr_agreement.main(["--sizes", "200x12", "--min-run-time", "0.01", "--scipy-rows", "5", "--out",
+                               str(out)]) == 0
+    table = out.with_suffix(".md").read_text()
+    for name in list(ltr_agreement.entries(12)) + ["scipy spearmanr loop", "scipy kendalltau loop"]:
+        assert f"| {name} |" in table
+    report = json.loads(out.with_suffix(".json").read_text())
+    (case,) = report["cases"]
+    assert set(case["goals"]) == set(ltr_agreement.GOALS)
+    assert all(goal["ratio"] > 0 and goal["scipy_speedup_per_row"] > 0 for goal in case["goals"].values())
+    assert report["machine"]
