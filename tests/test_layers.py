@@ -54,7 +54,7 @@ def test_no_runtime_module_past_700_lines(module):
 DECIDING_NAMES = {"unavailable_reason", "is_available", "compiled_cpu_allowed", "handles_target"}
 BACKENDS = {
     "_numba_kernel.py", "_numba_counts.py", "_numba_rules.py", "_bootstrap_kernel.py", "_triton_kernel.py",
-    "_numba_runtime.py", "_engine_config.py",
+    "_numba_runtime.py", "_engine_config.py", "_ltr_numba.py",
 }
 
 

@@ -7,6 +7,8 @@ if TYPE_CHECKING:
     from torch_lwlrap._tie_report import TieReport, tie_report
     from torch_lwlrap.functional import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class
     from torch_lwlrap.intervals import Comparison, Interval, compare_lwlrap, multilabel_lrap_ci, multilabel_lwlrap_ci
+    from torch_lwlrap.ltr_functional import multilabel_kendall_distance_at_k, multilabel_ndcg, multilabel_rank_correlation
+    from torch_lwlrap.ltr_metrics import MultilabelKendallDistanceAtK, MultilabelNDCG, MultilabelRankCorrelation
     from torch_lwlrap.ranking_functional import (
         multilabel_coverage_error,
         multilabel_one_error,
@@ -21,9 +23,12 @@ __all__ = [
     "Interval",
     "EngineFallbackWarning",
     "MultilabelCoverageError",
+    "MultilabelKendallDistanceAtK",
     "MultilabelLRAP",
     "MultilabelLWLRAP",
+    "MultilabelNDCG",
     "MultilabelOneError",
+    "MultilabelRankCorrelation",
     "MultilabelRankingLoss",
     "MultilabelRankingMetrics",
     "MultilabelRetrievalAtK",
@@ -33,12 +38,15 @@ __all__ = [
     "compare_lwlrap",
     "get_engine",
     "multilabel_coverage_error",
+    "multilabel_kendall_distance_at_k",
     "multilabel_lrap",
     "multilabel_lrap_ci",
     "multilabel_lwlrap",
     "multilabel_lwlrap_ci",
     "multilabel_lwlrap_per_class",
+    "multilabel_ndcg",
     "multilabel_one_error",
+    "multilabel_rank_correlation",
     "multilabel_ranking_loss",
     "multilabel_retrieval_at_k",
     "tie_report",
@@ -58,6 +66,9 @@ _RANKING_CLASSES = (
     "MultilabelRankingMetrics",
     "MultilabelRetrievalAtK",
 )
+
+_LTR_FUNCTIONS = ("multilabel_kendall_distance_at_k", "multilabel_ndcg", "multilabel_rank_correlation")
+_LTR_CLASSES = ("MultilabelKendallDistanceAtK", "MultilabelNDCG", "MultilabelRankCorrelation")
 
 
 def __getattr__(name: str) -> Any:
@@ -91,6 +102,14 @@ def __getattr__(name: str) -> Any:
         from torch_lwlrap import ranking_metrics
 
         return getattr(ranking_metrics, name)
+    if name in _LTR_FUNCTIONS:
+        from torch_lwlrap import ltr_functional
+
+        return getattr(ltr_functional, name)
+    if name in _LTR_CLASSES:
+        from torch_lwlrap import ltr_metrics
+
+        return getattr(ltr_metrics, name)
     raise AttributeError(f"module 'torch_lwlrap' has no attribute {name!r}")
 
 

@@ -29,7 +29,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from torch_lwlrap import _bootstrap_kernel, _kernel_contract, _numba_counts, _numba_kernel, _numba_rules, _triton_kernel
+from torch_lwlrap import _bootstrap_kernel, _kernel_contract, _ltr_numba, _numba_counts, _numba_kernel, _numba_rules, _triton_kernel
 from torch_lwlrap._engine_config import ENGINE_VARIABLE, compiled_cpu_allowed, forced_chunk_elements, get_engine
 from torch_lwlrap._torch_paths import choose_engine
 
@@ -43,7 +43,9 @@ RANKING_BACKENDS = {"numba": _numba_kernel, "triton": _triton_kernel}
 _HOME_DEVICE = {"numba": "cpu", "triton": "cuda"}
 
 #: The compiled CPU passes beside the ranking, by name.
-CPU_PASSES = {"counts": _numba_counts, "rules": _numba_rules, "bootstrap": _bootstrap_kernel}
+CPU_PASSES = {
+    "counts": _numba_counts, "rules": _numba_rules, "bootstrap": _bootstrap_kernel, "rank_agreement": _ltr_numba,
+}
 
 
 class EngineFallbackWarning(RuntimeWarning):
@@ -113,7 +115,8 @@ def target_helpers(target):
 
 
 def compiled_cpu_pass(name: str, device, dtype: Optional[torch.dtype] = None) -> bool:
-    """Whether the compiled CPU pass ``name`` (``"counts"``, ``"rules"`` or ``"bootstrap"``) takes tensors on
+    """Whether the compiled CPU pass ``name`` (``"counts"``, ``"rules"``, ``"bootstrap"`` or ``"rank_agreement"``:
+    the rank correlations and the Kendall distance) takes tensors on
     ``device`` (of ``dtype``, when given): no reason against them, and the engine setting lets the CPU take compiled
     code (exactly where the numba backend ranks: their reasons are its reasons).
 

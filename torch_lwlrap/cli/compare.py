@@ -36,16 +36,21 @@ def compare_files(
     where: Sequence[Tuple[str, str]] = (),
     classes_path: Optional[str] = None,
     unknown: Optional[str] = None,
+    agreement: Optional[int] = None,
 ) -> Dict[str, object]:
     """Read the truth and two submissions, match rows by ``fname`` and classes by name, and compare them.
 
     ``ties``, ``where``, ``classes_path`` and ``unknown`` mean what they mean for
     :func:`torch_lwlrap.cli.score.score_files`; both submissions must score the same (selected) rows and classes.
+    With ``agreement=K``, also the mean Kendall distance at ``K`` between the two submissions' rankings of each
+    row's classes (:func:`torch_lwlrap.multilabel_kendall_distance_at_k`; ties at the K-th place broken by system
+    A's column order).
 
     Returns:
         A JSON-able dict: both lwlrap values, ``difference`` (A - B) with its ``interval`` and ``p_value``, the
-        resampling settings, ``per_class`` entries (NaN values as None) in system A's column order, and
-        ``options``: every option that shaped the numbers.
+        resampling settings, ``per_class`` entries (NaN values as None) in system A's column order,
+        ``agreement`` (``{"k": K, "kendall_distance": value}``, or None without ``agreement``) and ``options``:
+        every option that shaped the numbers.
 
     Example:
         >>> import os, tempfile
@@ -65,7 +70,14 @@ def compare_files(
     import torch
 
     from torch_lwlrap.intervals import compare_lwlrap
+    from torch_lwlrap.ltr_functional import multilabel_kendall_distance_at_k
 
+    agreement_result = None
+    if agreement is not None:
+        distance = multilabel_kendall_distance_at_k(
+            torch.from_numpy(inputs.scores[0]), torch.from_numpy(inputs.scores[1]), agreement
+        )
+        agreement_result = {"k": agreement, "kendall_distance": float(distance)}
     result = compare_lwlrap(
         torch.from_numpy(inputs.scores[0]),
         torch.from_numpy(inputs.scores[1]),
@@ -117,6 +129,7 @@ def compare_files(
             "ignored_prediction_rows": {"a": inputs.ignored_pred_rows[0], "b": inputs.ignored_pred_rows[1]},
         },
         "vocabulary": classes_path,
+        "agreement": agreement_result,
         "per_class": per_class,
         "options": {
             **input_options(ties, where, classes_path, unknown),
@@ -192,6 +205,14 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
             "A - B", f"{result['difference']:+.6f}  {level} interval [{low:+.6f}, {high:+.6f}]  "
             f"p = {result['p_value']:.4f}"
         ),
+    ]
+    agreement = result.get("agreement")
+    if agreement:
+        lines.append(
+            summary_line("agreement", f"{agreement['kendall_distance']:.6f}  Kendall distance at {agreement['k']} "
+                         f"between A's and B's rankings (0: same order, 1: reversed)")
+        )
+    lines += [
         "",
         f"paired bootstrap over the evaluation rows: {result['num_bootstrap']} replicates, seed {result['seed']}",
     ]
@@ -287,11 +308,28 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     parser.add_argument("--per-class", action="store_true", help="list the classes that changed most either way")
+    parser.add_argument(
+        "--agreement",
+        metavar="K",
+        type=_positive_int,
+        help="also report the mean Kendall distance at K between A's and B's rankings of each row's classes (over "
+        "the union of their top K; 0: the same order, 1: reversed)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     parser.add_argument("--plot", metavar="OUT.png", help="write per-class differences with their intervals")
     add_input_options(parser)
     parser.set_defaults(run=run)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, such as 10, but got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -306,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
             ) from None
     result = compare_files(
         args.truth, args.a, args.b, num_bootstrap=args.bootstrap, level=args.level, seed=args.seed, ties=args.ties,
-        where=args.where, classes_path=args.classes_path, unknown=args.unknown,
+        where=args.where, classes_path=args.classes_path, unknown=args.unknown, agreement=args.agreement,
     )
     if args.plot:
         write_plot(result, args.plot)

@@ -1,0 +1,161 @@
+"""The rank correlations and the Kendall distance at k at 20k x 527 (AudioSet size), against their goals.
+
+    python -m benchmarks.ltr_agreement                          # CPU, 20,000 x 527, with the scipy loops
+    python -m benchmarks.ltr_agreement --sizes 2000x527 --min-run-time 0.2 --scipy-rows 50
+
+Goals (the issue that added these metrics): Spearman and Kendall each no slower than ``torch.argsort`` of both
+inputs along dim 1, measured in the same run; the Kendall distance at k = 10 within 2x of ``multilabel_lwlrap``
+alone; each at least 100x faster per row than a scipy loop. Every entry runs in the same process on the same inputs
+(``benchmarks.run.make_inputs``: float32 scores without ties within a row, bool targets; the second system's scores
+are the first's plus float32 noise). The scipy loops run on the first ``--scipy-rows`` rows and are compared per
+row. Results (with the machine) go to ``benchmarks/results/ltr_agreement.json`` and ``.md``. Not a test: the test
+suite checks the values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow
+from torch_lwlrap import (
+    MultilabelKendallDistanceAtK,
+    multilabel_kendall_distance_at_k,
+    multilabel_lwlrap,
+    multilabel_rank_correlation,
+)
+
+ARGSORT = "torch.argsort of both inputs (baseline)"
+LWLRAP = "multilabel_lwlrap alone (baseline)"
+SPEARMAN = "multilabel_rank_correlation, spearman"
+KENDALL = "multilabel_rank_correlation, kendall"
+DISTANCE = "multilabel_kendall_distance_at_k, k = 10"
+
+#: Goals: entry -> (baseline, the most the ratio may be).
+GOALS = {SPEARMAN: (ARGSORT, 1.0), KENDALL: (ARGSORT, 1.0), DISTANCE: (LWLRAP, 2.0)}
+
+#: The scipy loop each entry is compared with per row.
+SCIPY = {SPEARMAN: "scipy spearmanr loop", KENDALL: "scipy kendalltau loop", DISTANCE: "scipy kendalltau loop"}
+
+
+def _metric_call(metric) -> Callable[[torch.Tensor, torch.Tensor], object]:
+    def run(a, b):
+        metric.reset()
+        metric.update(a, b)
+        return metric.compute()
+
+    return run
+
+
+def entries(num_labels: int) -> Dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]]:
+    distance_metric = _metric_call(MultilabelKendallDistanceAtK(num_labels, k=10))
+    return {
+        ARGSORT: lambda a, b, t: (torch.argsort(a, dim=1), torch.argsort(b, dim=1)),
+        LWLRAP: lambda a, b, t: multilabel_lwlrap(a, t),
+        SPEARMAN: lambda a, b, t: multilabel_rank_correlation(a, b),
+        KENDALL: lambda a, b, t: multilabel_rank_correlation(a, b, method="kendall"),
+        DISTANCE: lambda a, b, t: multilabel_kendall_distance_at_k(a, b, 10),
+        "MultilabelKendallDistanceAtK(k=10) update+compute": lambda a, b, t: distance_metric(a, b),
+    }
+
+
+def scipy_loops(rows: int) -> Dict[str, Callable[[torch.Tensor, torch.Tensor], object]]:
+    from scipy.stats import kendalltau, spearmanr
+
+    def loop(statistic):
+        def run(a, b):
+            x, y = a[:rows].double().numpy(), b[:rows].double().numpy()
+            return [statistic(x[i], y[i]).statistic for i in range(len(x))]
+
+        return run
+
+    return {"scipy spearmanr loop": loop(spearmanr), "scipy kendalltau loop": loop(kendalltau)}
+
+
+def run(sizes, min_run_time: float, scipy_rows: int) -> List[Dict]:
+    records = []
+    for num_samples, num_classes, density in sizes:
+        a, target = make_inputs(num_samples, num_classes, density)
+        noise = torch.randn(a.shape, generator=torch.Generator().manual_seed(1)) * a.std()
+        b = a + noise
+        seconds: Dict[str, float] = {}
+        for name, fn in entries(num_classes).items():
+            fn(a, b, target)  # warm-up (the numba kernels compile on their first call)
+            seconds[name] = time_fast(lambda: fn(a, b, target), min_run_time)
+            print(f"{num_samples}x{num_classes}  {name}: {seconds[name] * 1e3:.2f} ms", file=sys.stderr)
+        rows = min(scipy_rows, num_samples)
+        per_row = {name: value / num_samples for name, value in seconds.items()}
+        for name, fn in scipy_loops(rows).items():
+            seconds[name] = time_slow(lambda: fn(a, b), 3, "cpu")
+            per_row[name] = seconds[name] / rows
+            print(f"{rows}x{num_classes}  {name}: {seconds[name] * 1e3:.2f} ms", file=sys.stderr)
+        goals = {}
+        for name, (baseline, most) in GOALS.items():
+            ratio = seconds[name] / seconds[baseline]
+            speedup = per_row[SCIPY[name]] / per_row[name]
+            goals[name] = {
+                "vs": baseline, "ratio": ratio, "goal": most, "scipy_speedup_per_row": speedup,
+                "met": ratio <= most and speedup >= 100,
+            }
+        records.append(
+            {
+                "num_samples": num_samples, "num_classes": num_classes, "scipy_rows": rows, "seconds": seconds,
+                "seconds_per_row": per_row, "goals": goals,
+            }
+        )
+    return records
+
+
+def markdown(records: List[Dict]) -> str:
+    lines = []
+    for record in records:
+        lines += [
+            f"### {record['num_samples']:,} x {record['num_classes']}, {record['torch_threads']} torch thread(s); "
+            f"scipy loops on {record['scipy_rows']} rows",
+            "",
+            "| entry | median time | per row |",
+            "| --- | ---: | ---: |",
+        ]
+        for name, seconds in record["seconds"].items():
+            rows = record["scipy_rows"] if name.startswith("scipy") else record["num_samples"]
+            lines.append(f"| {name} | {seconds * 1e3:.1f} ms ({rows:,} rows) | {seconds / rows * 1e6:.2f} us |")
+        lines += ["", "| goal | ratio (goal) | per row vs scipy (goal >= 100x) | met |", "| --- | ---: | ---: | --- |"]
+        for name, goal in record["goals"].items():
+            lines.append(
+                f"| {name} vs {goal['vs']} | {goal['ratio']:.2f}x (<= {goal['goal']:g}x) | "
+                f"{goal['scipy_speedup_per_row']:,.0f}x | {'yes' if goal['met'] else 'no'} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="20000x527", help="comma-separated NxC (default: 20000x527)")
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds per timed entry (default: 1)")
+    parser.add_argument("--scipy-rows", type=int, default=400, help="rows the scipy loops score (default: 400)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ltr_agreement"))
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    records = run(parse_sizes(args.sizes), args.min_run_time, args.scipy_rows)
+    for record in records:
+        record["torch_threads"] = torch.get_num_threads()
+    table = markdown(records)
+    print(table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine_metadata(["cpu"]), "cases": records}
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    out.with_suffix(".md").write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""``torch-lwlrap compare --agreement K``: the mean Kendall distance at K between the two submissions, one line in
+the report and a field of --json, from the rows and classes as matched (B's columns in A's order); and the smoke test
+of the learning-to-rank benchmark script."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_ltr_metrics import naive_distance
+from torch_lwlrap.cli import main
+
+TRUTH = 'fname,labels\nx.wav,"a,c"\ny.wav,b\nz.wav,a\n'
+A = "fname,a,b,c\nx.wav,0.9,0.1,0.8\ny.wav,0.2,0.7,0.1\nz.wav,0.5,0.4,0.3\n"
+B = "fname,c,b,a\nz.wav,0.5,0.4,0.3\nx.wav,0.9,0.1,0.8\ny.wav,0.2,0.7,0.1\n"  # other column and row orders
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = []
+    for name, text in (("truth.csv", TRUTH), ("a.csv", A), ("b.csv", B)):
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+def test_agreement_is_one_line_and_a_json_field(files, capsys):
+    import torch
+
+    # B's scores in A's row and column order: x (a, b, c) = (0.8, 0.1, 0.9), y = (0.1, 0.7, 0.2), z = (0.3, 0.4, 0.5)
+    a = torch.tensor([[0.9, 0.1, 0.8], [0.2, 0.7, 0.1], [0.5, 0.4, 0.3]], dtype=torch.float64)
+    b = torch.tensor([[0.8, 0.1, 0.9], [0.1, 0.7, 0.2], [0.3, 0.4, 0.5]], dtype=torch.float64)
+    want = naive_distance(a, b, 2)
+    assert want == pytest.approx((1 + 1 / 3 + 1) / 3)
+    assert main(["compare", *files, "--bootstrap", "50", "--agreement", "2"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("agreement")]
+    assert lines == [f"agreement    {want:.6f}  Kendall distance at 2 between A's and B's rankings (0: same order, "
+                     f"1: reversed)"]
+    assert main(["compare", *files, "--bootstrap", "50", "--agreement", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["agreement"]["k"] == 2
+    assert result["agreement"]["kendall_distance"] == pytest.approx(want, rel=1e-12)
+    assert result["difference"] == pytest.approx(result["lwlrap_a"] - result["lwlrap_b"])
+
+
+def test_without_agreement_nothing_changes(files, capsys):
+    assert main(["compare", *files, "--bootstrap", "50", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["agreement"] is None
+    assert main(["compare", *files, "--bootstrap", "50"]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("agreement")]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten"])
+def test_a_bad_k_is_refused_naming_the_option(files, capsys, value):
+    assert main(["compare", *files, "--agreement", value]) == 2
+    assert f"argument --agreement: expected a positive integer, such as 10, but got '{value}'" in capsys.readouterr().err
+
+
+def test_benchmark_script_times_every_entry_and_reports_each_goal(tmp_path):
+    # A smoke test at a toy size: the script runs, writes its table and JSON, and names every entry and goal. No time
+    # is asserted.
+    from benchmarks import ltr_agreement
+
+    out = tmp_path / "bench"
+    assert ltr_agreement.main(["--sizes", "200x12", "--min-run-time", "0.01", "--scipy-rows", "5", "--out",
+                               str(out)]) == 0
+    table = out.with_suffix(".md").read_text()
+    for name in list(ltr_agreement.entries(12)) + ["scipy spearmanr loop", "scipy kendalltau loop"]:
+        assert f"| {name} |" in table
+    report = json.loads(out.with_suffix(".json").read_text())
+    (case,) = report["cases"]
+    assert set(case["goals"]) == set(ltr_agreement.GOALS)
+    assert all(goal["ratio"] > 0 and goal["scipy_speedup_per_row"] > 0 for goal in case["goals"].values())
+    assert report["machine"]

@@ -1,0 +1,163 @@
+"""The learning-to-rank metrics across processes and in a Lightning loop: two gloo ranks with uneven shards (one with
+an empty batch) agree with one process over all the data, and a ``validation_step`` logs the Kendall distance at 10
+between a student's and a teacher's logits."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.test_ltr_metrics import naive_distance, naive_ndcg, scipy_mean
+from torch_lwlrap import (
+    MultilabelKendallDistanceAtK,
+    MultilabelNDCG,
+    MultilabelRankCorrelation,
+    multilabel_kendall_distance_at_k,
+)
+
+WORLD_SIZE = 2
+NUM_LABELS = 6
+TIMEOUT_S = 120
+
+#: batches per rank: uneven, and an empty batch on rank 1
+SHARDS = {0: [0, 1, 2], 1: [3, "empty"]}
+
+
+def make_metrics():
+    return {
+        "ndcg": MultilabelNDCG(NUM_LABELS, k=3, ties="expected", ignore_index=-1),
+        "spearman": MultilabelRankCorrelation(NUM_LABELS),
+        "kendall": MultilabelRankCorrelation(NUM_LABELS, method="kendall"),
+        "distance": MultilabelKendallDistanceAtK(NUM_LABELS, k=2),
+    }
+
+
+def make_batches():
+    g = torch.Generator().manual_seed(23)
+    batches = []
+    for n in (7, 12, 9, 15):
+        a = torch.randint(0, 4, (n, NUM_LABELS), generator=g).double()
+        b = torch.randint(0, 4, (n, NUM_LABELS), generator=g).double()
+        a[0] = 1.0  # a constant row in every batch
+        grades = torch.randint(0, 3, (n, NUM_LABELS), generator=g).double()
+        grades[torch.rand(n, NUM_LABELS, generator=g) < 0.1] = -1
+        batches.append((a, b, grades))
+    return batches
+
+
+def _step(name, metric, batch):
+    a, b, grades = batch
+    metric.update(a, grades if name == "ndcg" else b)
+
+
+def _worker(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60)
+    )
+    batches = make_batches()
+    empty = tuple(x[:0] for x in batches[0])
+    results = {}
+    for name, metric in make_metrics().items():
+        for index in SHARDS[rank]:
+            _step(name, metric, empty if index == "empty" else batches[index])
+        results[name] = metric.compute()
+        if name in ("spearman", "kendall"):
+            results[name + " constant rows"] = metric.constant_rows()
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+def test_two_ranks_compute_the_value_over_all_shards(tmp_path):
+    context = mp.start_processes(
+        _worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD_SIZE, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the two ranks did not finish within {TIMEOUT_S} s")
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(WORLD_SIZE)]
+    batches = make_batches()
+    a = torch.cat([b[0] for b in batches])
+    b = torch.cat([b[1] for b in batches])
+    grades = torch.cat([b[2] for b in batches])
+    want = {
+        "ndcg": naive_ndcg(a, grades, 3, "exponential", "expected", ignore_index=-1),
+        "distance": naive_distance(a, b, 2),
+    }
+    for method in ("spearman", "kendall"):
+        want[method], want[method + " constant rows"] = scipy_mean(a, b, method)
+    assert want["spearman constant rows"] >= 4
+    for rank, results in enumerate(ranks):
+        single = make_metrics()
+        for name, metric in single.items():
+            for batch in batches:
+                _step(name, metric, batch)
+            torch.testing.assert_close(results[name], metric.compute(), rtol=1e-13, atol=1e-15)
+        for key, value in want.items():
+            assert results[key].item() == pytest.approx(value, rel=1e-12, abs=1e-12), (rank, key)
+
+
+# Lightning's own advice (workers, logging intervals) and its deprecation notices; the library's warnings still fail.
+@pytest.mark.filterwarnings("ignore::UserWarning:lightning")
+@pytest.mark.filterwarnings("ignore::FutureWarning:lightning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:lightning")
+def test_lightning_validation_step_logs_the_kendall_distance_between_student_and_teacher(tmp_path):
+    L = pytest.importorskip("lightning")
+    from torch import nn
+
+    num_labels = 30
+    g = torch.Generator().manual_seed(31)
+    features = torch.randn(90, 8, generator=g)
+    torch.manual_seed(3)
+    teacher = nn.Linear(8, num_labels).requires_grad_(False)
+    seen = []
+
+    class Student(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, num_labels)
+            self.agreement = MultilabelKendallDistanceAtK(num_labels, k=10)
+
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            return nn.functional.mse_loss(self.net(x), teacher(x))
+
+        def validation_step(self, batch, batch_idx):
+            (x,) = batch
+            with torch.enable_grad():
+                student_logits = self.net(x)
+                assert student_logits.requires_grad
+                self.agreement(student_logits, teacher(x))
+            seen.append((student_logits.detach(), teacher(x)))
+            self.log("val_kendall_distance_at_10", self.agreement, on_epoch=True)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)  # the weights stay put: logits seen == logits scored
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(features), batch_size=32)  # 32, 32, 26
+    trainer = L.Trainer(
+        max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Student(), loader, loader)
+    logged = trainer.callback_metrics["val_kendall_distance_at_10"].item()
+    student_logits = torch.cat([s for s, _ in seen])
+    teacher_logits = torch.cat([t for _, t in seen])
+    assert len(student_logits) == 90
+    assert logged == pytest.approx(naive_distance(student_logits, teacher_logits, 10), abs=1e-6)
+    assert 0.05 < logged < 0.95  # an untrained student neither agrees with its teacher nor reverses it
+    assert multilabel_kendall_distance_at_k(student_logits, teacher_logits, 10).item() == pytest.approx(logged, abs=1e-6)

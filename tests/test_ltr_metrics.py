@@ -1,0 +1,504 @@
+"""NDCG with graded relevance, rank correlations and the Kendall distance at k: against scipy, scikit-learn and naive
+loops written here from the formulas, the identities with the retrieval NDCG and with tau, every engine path, batch
+accumulation, checkpoints, bad input and the input forms of a training loop."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from tests.reference_ranking import all_orders
+from torch_lwlrap import (
+    MultilabelKendallDistanceAtK,
+    MultilabelNDCG,
+    MultilabelRankCorrelation,
+    multilabel_kendall_distance_at_k,
+    multilabel_ndcg,
+    multilabel_rank_correlation,
+    multilabel_retrieval_at_k,
+)
+from torch_lwlrap import _ltr_numba
+from torch_lwlrap._engine_config import use_engine
+
+scipy_stats = pytest.importorskip("scipy.stats")
+sklearn_metrics = pytest.importorskip("sklearn.metrics")
+
+#: Engine paths: the torch path ("sort") everywhere, the compiled kernels where numba is installed.
+ENGINES = ["sort"] + (["auto"] if _ltr_numba.unavailable_reason("cpu", torch.float32) is None else [])
+
+REL = 1e-12
+
+
+def tied_rows(seed, n=40, c=7, levels=3, dtype=torch.float64):
+    """Two score tensors from a few levels (many ties, constant rows and +-inf too)."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(0, levels, (n, c), generator=g).to(dtype)
+    b = torch.randint(0, levels, (n, c), generator=g).to(dtype)
+    a[0] = 1.0  # constant
+    b[1] = -0.0
+    b[1, 0] = 0.0  # -0.0 and 0.0 tie: constant too
+    if c > 2:
+        a[2, 1] = math.inf
+        b[3, 2] = -math.inf
+    return a, b
+
+
+def distinct_rows(seed, n=40, c=7, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, c, generator=g, dtype=torch.float64).to(dtype), torch.randn(
+        n, c, generator=g, dtype=torch.float64
+    ).to(dtype)
+
+
+def scipy_mean(a, b, method):
+    """The mean of scipy's per-row correlation over rows where it is defined, and the rows where it is not."""
+    values, undefined = [], 0
+    for x, y in zip(a.double().numpy(), b.double().numpy()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if method == "spearman":
+                value = scipy_stats.spearmanr(x, y).statistic if len(x) > 1 else math.nan
+            else:
+                value = scipy_stats.kendalltau(x, y).statistic if len(x) > 1 else math.nan
+        if math.isnan(value):
+            undefined += 1
+        else:
+            values.append(value)
+    return (float(np.mean(values)) if values else math.nan), undefined
+
+
+def naive_distance(a, b, k):
+    """The distance at k from its definition: sort with lower column first among ties, brute force over pairs."""
+    out = []
+    for x, y in zip(a.double().tolist(), b.double().tolist()):
+        c = len(x)
+        top = set(sorted(range(c), key=lambda j: (-x[j], j))[:k]) | set(sorted(range(c), key=lambda j: (-y[j], j))[:k])
+        n = len(top)
+        if n < 2:
+            out.append(0.0)
+            continue
+        score = 0.0
+        for u, v in itertools.combinations(sorted(top), 2):
+            dx, dy = np.sign(x[u] - x[v]), np.sign(y[u] - y[v])
+            if dx * dy < 0:
+                score += 1
+            elif (dx == 0) != (dy == 0):
+                score += 0.5
+        out.append(score / (n * (n - 1) / 2))
+    return float(np.mean(out))
+
+
+def naive_ndcg(preds, relevance, k, gain, ties, ignore_index=None, empty_target="zero", weight=None):
+    """NDCG from its formula: positions by the tie rule ("expected": the mean over every order of the tied
+    labels), gains 2**rel - 1 or rel, the ideal DCG of the labels sorted by relevance."""
+    values, weights = [], []
+    for i, (scores, grades) in enumerate(zip(preds.double().tolist(), relevance.double().tolist())):
+        known = [j for j in range(len(scores)) if ignore_index is None or grades[j] != ignore_index]
+        g = {j: (2.0 ** grades[j] - 1 if gain == "exponential" else grades[j]) for j in known}
+        cut = len(known) if k is None else k
+        ideal = sum(v / math.log2(p + 2) for p, v in enumerate(sorted(g.values(), reverse=True)[:cut]))
+        w = 1.0 if weight is None else float(weight[i])
+        if ideal == 0:
+            if empty_target == "zero":
+                values.append(0.0)
+                weights.append(w)
+            continue
+
+        def dcg(place):
+            return sum(g[j] / math.log2(place[j] + 1) for j in known if place[j] <= cut)
+
+        if ties == "max":
+            value = dcg({j: sum(1 for q in known if scores[q] >= scores[j]) for j in known})
+        elif ties == "index":
+            order = sorted(known, key=lambda j: (-scores[j], j))
+            value = dcg({j: p + 1 for p, j in enumerate(order)})
+        else:
+            orders = list(all_orders(scores, known))
+            value = sum(dcg(place) for place in orders) / len(orders)
+        values.append(value / ideal)
+        weights.append(w)
+    return float(np.average(values, weights=weights)) if values and sum(weights) > 0 else math.nan
+
+
+def close(actual, expected, what=""):
+    assert actual.dtype == torch.float64, what
+    if math.isnan(expected):
+        assert math.isnan(actual.item()), (what, actual)
+    else:
+        assert actual.item() == pytest.approx(expected, rel=REL, abs=REL), what
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rank correlations against scipy
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("method", ["spearman", "kendall"])
+@pytest.mark.parametrize("case", ["ties", "distinct", "wide", "two labels", "one label"])
+def test_rank_correlation_equals_scipy_per_row(engine, method, case):
+    if case == "ties":
+        a, b = tied_rows(0)
+    elif case == "distinct":
+        a, b = distinct_rows(1)
+    elif case == "wide":  # long rows (the radix sort, not insertion) with ties
+        a, b = tied_rows(2, n=12, c=300, levels=40, dtype=torch.float32)
+    elif case == "two labels":
+        a, b = tied_rows(3, c=2, levels=2)
+    else:
+        a, b = distinct_rows(4, c=1)
+    expected, undefined = scipy_mean(a, b, method)
+    with use_engine(engine):
+        close(multilabel_rank_correlation(a, b, method=method), expected, case)
+        metric = MultilabelRankCorrelation(a.shape[1], method=method)
+        metric.update(a, b)
+        close(metric.compute(), expected, case)
+        assert metric.constant_rows().item() == undefined
+        assert metric.rank_correlation_count.item() == len(a) - undefined
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_scores_rank_as_their_values(engine, dtype):
+    a, b = tied_rows(5, c=60, levels=300, dtype=dtype)
+    for method in ("spearman", "kendall"):
+        with use_engine(engine):
+            value = multilabel_rank_correlation(a, b, method=method)
+        close(value, scipy_mean(a.float(), b.float(), method)[0], f"{dtype} {method}")
+
+
+def test_the_engine_paths_and_chunks_agree():
+    a, b = tied_rows(6, n=50, c=40, levels=6)
+    results = []
+    for engine, chunk in [("sort", None), ("sort", 90), ("auto", None), ("auto", 90)]:
+        with use_engine(engine, chunk):
+            results.append(
+                [multilabel_rank_correlation(a, b, method=m) for m in ("spearman", "kendall")]
+                + [multilabel_kendall_distance_at_k(a, b, k) for k in (1, 3, 10, 40)]
+            )
+    for other in results[1:]:
+        for x, y in zip(results[0], other):
+            torch.testing.assert_close(x, y, rtol=1e-13, atol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kendall distance at k
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 7, 9])
+def test_distance_at_k_equals_brute_force_over_pairs(engine, k):
+    a, b = tied_rows(7)
+    with use_engine(engine):
+        close(multilabel_kendall_distance_at_k(a, b, k), naive_distance(a, b, k), f"k={k}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("k", [1, 4, 10, 30, 49, 60, 150])
+def test_distance_at_k_on_wide_rows_takes_every_kernel_branch(engine, k):
+    # k of 1 to 30 on 150 labels scan for the top k, 49 and more sort the row; unions beyond 48 labels are counted
+    # through sorts, smaller ones pair by pair.
+    a, b = tied_rows(8, n=6, c=150, levels=25, dtype=torch.float32)
+    with use_engine(engine):
+        close(multilabel_kendall_distance_at_k(a, b, k), naive_distance(a, b, k), f"k={k}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_distance_at_c_without_ties_is_one_minus_tau_over_two(engine):
+    a, b = distinct_rows(9, c=12)
+    taus = [scipy_stats.kendalltau(x, y).statistic for x, y in zip(a.numpy(), b.numpy())]
+    with use_engine(engine):
+        close(multilabel_kendall_distance_at_k(a, b, 12), float(np.mean([(1 - t) / 2 for t in taus])))
+        close(multilabel_kendall_distance_at_k(a, b, 10**9), float(np.mean([(1 - t) / 2 for t in taus])))
+        close(multilabel_kendall_distance_at_k(a, a, 5), 0.0)
+        close(multilabel_kendall_distance_at_k(a, -a, 12), 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NDCG with graded relevance
+
+
+def graded(seed, n=30, c=6, levels=3, grades=4, ignore_index=None):
+    g = torch.Generator().manual_seed(seed)
+    preds = torch.randint(0, levels, (n, c), generator=g).double()
+    relevance = torch.randint(0, grades, (n, c), generator=g).double() * 0.75
+    relevance[0] = 0  # no relevant label
+    if ignore_index is not None:
+        relevance[torch.rand(n, c, generator=g) < 0.2] = ignore_index
+    weight = torch.rand(n, generator=g).double() * 2
+    return preds, relevance, weight
+
+
+@pytest.mark.parametrize("k", [None, 1, 3, 6])
+def test_ndcg_with_linear_gains_equals_scikit_learn_both_tie_handlings(k):
+    preds, relevance, _ = graded(10)
+    y, s = relevance.numpy(), preds.numpy()
+    # ignore_ties=False averages the gains of tied labels: the "expected" rule.
+    close(multilabel_ndcg(preds, relevance, k, gain="linear", ties="expected"), sklearn_metrics.ndcg_score(y, s, k=k))
+    # ignore_ties=True on scores without ties: every rule gives it.
+    distinct = torch.randn(preds.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    expected = sklearn_metrics.ndcg_score(y, distinct.numpy(), k=k, ignore_ties=True)
+    for ties in ("max", "index", "expected"):
+        close(multilabel_ndcg(distinct, relevance, k, gain="linear", ties=ties), expected, ties)
+
+
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+@pytest.mark.parametrize("gain", ["exponential", "linear"])
+@pytest.mark.parametrize("options", [dict(), dict(ignore_index=-1), dict(empty_target="skip"), dict(weighted=True)])
+def test_ndcg_equals_the_naive_formula(ties, gain, options):
+    options = dict(options)
+    weighted = options.pop("weighted", False)
+    preds, relevance, weight = graded(12, ignore_index=options.get("ignore_index"))
+    w = weight if weighted else None
+    for k in (None, 1, 2, 4, 6, 50):
+        expected = naive_ndcg(preds, relevance, k, gain, ties, weight=w, **options)
+        close(multilabel_ndcg(preds, relevance, k, gain=gain, ties=ties, sample_weight=w, **options), expected, k)
+
+
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+@pytest.mark.parametrize("empty_target", ["zero", "skip"])
+def test_ndcg_of_binary_relevance_is_the_retrieval_ndcg(ties, empty_target):
+    preds, relevance, weight = graded(13, n=40, c=7, grades=2)
+    relevance[torch.rand(relevance.shape, generator=torch.Generator().manual_seed(3)) < 0.1] = -1
+    target = torch.where(relevance == -1, -1, (relevance > 0).long())
+    assert (target == 1).sum() > 20
+    for k in (1, 3, 7, 9):
+        retrieval = multilabel_retrieval_at_k(
+            preds, target, k, metrics=("ndcg",), ties=ties, ignore_index=-1, sample_weight=weight,
+            empty_target=empty_target,
+        )[f"ndcg@{k}"]
+        for gain in ("exponential", "linear"):
+            graded_value = multilabel_ndcg(
+                preds, target, k, gain=gain, ties=ties, ignore_index=-1, sample_weight=weight,
+                empty_target=empty_target,
+            )
+            assert not math.isnan(retrieval.item())
+            torch.testing.assert_close(graded_value, retrieval, rtol=1e-13, atol=1e-13)
+
+
+def test_ndcg_takes_extra_dimensions_as_samples():
+    preds, relevance, _ = graded(14, n=12, c=5)
+    frames = preds.reshape(4, 3, 5).movedim(1, 2)  # (N, C, T)
+    grades = relevance.reshape(4, 3, 5).movedim(1, 2)
+    close(multilabel_ndcg(frames, grades, 3), multilabel_ndcg(preds, relevance, 3).item())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# k beyond the labels
+
+
+class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops, self.largest = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor):
+                self.largest = max(self.largest, value.numel())
+        return out
+
+
+def _cost(call):
+    with _Recorder() as recorder:
+        value = call()
+    return recorder.ops, recorder.largest, value
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_k_beyond_the_labels_costs_what_k_equal_to_c_costs(engine):
+    preds, relevance, _ = graded(15, n=20, c=6)
+    other = torch.randn(preds.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    with use_engine(engine):
+        for call in (
+            lambda k: multilabel_ndcg(preds, relevance, k),
+            lambda k: multilabel_kendall_distance_at_k(preds, other, k),
+        ):
+            ops, largest, value = _cost(lambda: call(6))
+            for k in (7, 10**6, 2**63 - 1):
+                assert _cost(lambda: call(k)) == (ops, largest, value)
+    assert multilabel_ndcg(preds, relevance, None) == multilabel_ndcg(preds, relevance, 6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# streaming, checkpoints, bad input
+
+
+def _metrics():
+    return [
+        (lambda: MultilabelNDCG(7, k=3, ties="expected", ignore_index=-1), "graded"),
+        (lambda: MultilabelRankCorrelation(7, method="kendall"), "pair"),
+        (lambda: MultilabelRankCorrelation(7), "pair"),
+        (lambda: MultilabelKendallDistanceAtK(7, k=3), "pair"),
+    ]
+
+
+def _batches(kind):
+    a, b = tied_rows(16, n=37, c=7)
+    if kind == "graded":
+        b = torch.nan_to_num(b, posinf=5.0, neginf=-5.0).abs() % 3
+        b[5, 2] = -1
+    return a, b
+
+
+def _reference(make, kind, a, b):
+    metric = make()
+    if isinstance(metric, MultilabelNDCG):
+        return multilabel_ndcg(a, b, 3, ties="expected", ignore_index=-1)
+    if isinstance(metric, MultilabelRankCorrelation):
+        return multilabel_rank_correlation(a, b, method=metric.method)
+    return multilabel_kendall_distance_at_k(a, b, 3)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_uneven_batches_and_an_empty_one_accumulate_to_the_value_over_all_samples(index):
+    make, kind = _metrics()[index]
+    a, b = _batches(kind)
+    metric = make()
+    for start, stop in [(0, 5), (5, 5), (5, 22), (22, 23), (23, 37)]:
+        metric.update(a[start:stop], b[start:stop])
+    torch.testing.assert_close(metric.compute(), _reference(make, kind, a, b), rtol=1e-13, atol=1e-13)
+    # forward returns the batch's own value and accumulates
+    metric.reset()
+    assert math.isnan(metric(a[:0], b[:0]).item())
+    torch.testing.assert_close(metric(a[:10], b[:10]), _reference(make, kind, a[:10], b[:10]), rtol=1e-13, atol=0)
+    metric(a[10:], b[10:])
+    torch.testing.assert_close(metric.compute(), _reference(make, kind, a, b), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_a_rejected_batch_leaves_the_state_as_it_was(index):
+    make, kind = _metrics()[index]
+    a, b = _batches(kind)
+    metric = make()
+    metric.update(a[:20], b[:20])
+    before = {name: getattr(metric, name).clone() for name in metric._defaults}
+    bad_b = b[20:].clone()
+    bad_b[3, 1] = math.nan
+    bad = [(a[20:], bad_b), (a[20:, :5], b[20:, :5]), (a[20:].long(), b[20:])]
+    for preds, other in bad:
+        for call in (metric.update, metric):
+            with pytest.raises((ValueError, TypeError)):
+                call(preds, other)
+            for name, value in before.items():
+                assert torch.equal(getattr(metric, name), value), name
+    metric.update(a[20:], b[20:])
+    torch.testing.assert_close(metric.compute(), _reference(make, kind, a, b), rtol=1e-13, atol=1e-13)
+
+
+def test_errors_name_the_argument_the_value_and_the_fix():
+    a, b = distinct_rows(17, n=4, c=5)
+    with pytest.raises(ValueError, match=r"`preds_b` contains NaN \(first at index \(1, 2\)\)"):
+        multilabel_kendall_distance_at_k(a, b.index_put((torch.tensor(1), torch.tensor(2)), torch.tensor(math.nan, dtype=b.dtype)), 2)
+    with pytest.raises(ValueError, match=r"`preds` and `reference` must have the same shape.*\(4, 5\).*\(4, 4\)"):
+        multilabel_rank_correlation(a, b[:, :4])
+    with pytest.raises(TypeError, match=r"`reference` must be a floating point tensor.*torch.int64.*`.float\(\)`"):
+        multilabel_rank_correlation(a, b.long())
+    with pytest.raises(ValueError, match=r"`method` must be one of \('spearman', 'kendall'\), but got 'pearson'"):
+        MultilabelRankCorrelation(5, method="pearson")
+    with pytest.raises(ValueError, match=r"`k` must be a positive integer, but got 0"):
+        multilabel_kendall_distance_at_k(a, b, 0)
+    with pytest.raises(ValueError, match=r"Expected 6 labels \(`num_labels`\).*\(4, 5\)"):
+        MultilabelKendallDistanceAtK(6, k=2).update(a, b)
+    with pytest.raises(ValueError, match=r"`relevance` must be non-negative and finite.*\[-0.5, -0.5\] \(first at index \(0, 1\)\)"):
+        multilabel_ndcg(a, torch.tensor([[0, -0.5, 1, 2, 0]] * 2 + [[0, 0, 1, 2, 0]] * 2))
+    with pytest.raises(ValueError, match=r"below 1024 with gain=\"exponential\""):
+        multilabel_ndcg(a, torch.full((4, 5), 2000.0))
+    assert multilabel_ndcg(a, torch.full((4, 5), 2000.0), gain="linear").item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"`ignore_index` must be a negative integer.*but got 2: mark unknown"):
+        MultilabelNDCG(5, ignore_index=2)
+    with pytest.raises(ValueError, match=r"`gain` must be one of \('exponential', 'linear'\)"):
+        multilabel_ndcg(a, b.abs(), gain="log")
+    with pytest.raises(ValueError, match=r"`empty_target` must be one of"):
+        multilabel_ndcg(a, b.abs(), empty_target="nan")
+
+
+def test_checkpoints_round_trip_and_refuse_other_options():
+    a, b = tied_rows(18, n=30, c=7)
+    grades = torch.nan_to_num(b, posinf=5.0, neginf=-5.0).abs() % 3
+    cases = [
+        (lambda **o: MultilabelNDCG(7, **{"k": 3, **o}), grades, [dict(k=4), dict(gain="linear"), dict(ties="index"),
+                                                                  dict(ignore_index=-1), dict(k=None)]),
+        (lambda **o: MultilabelRankCorrelation(7, **o), b, [dict(method="kendall")]),
+        (lambda **o: MultilabelKendallDistanceAtK(7, **{"k": 3, **o}), b, [dict(k=2)]),
+    ]
+    for make, other, changes in cases:
+        metric = make()
+        metric.update(a[:17], other[:17])
+        metric.persistent(True)  # torchmetrics leaves states out of state_dict unless asked
+        state = metric.state_dict()
+        assert set(state) == set(metric._defaults)
+        resumed = make()
+        resumed.load_state_dict(state)
+        resumed.update(a[17:], other[17:])
+        whole = make()
+        whole.update(a, other)
+        torch.testing.assert_close(resumed.compute(), whole.compute(), rtol=1e-13, atol=1e-15)
+        for change in changes:
+            refusing = make(**change)
+            with pytest.raises(RuntimeError, match=r"checkpoint was made with .*: create the metric with the checkpoint"):
+                refusing.load_state_dict(state)
+        if isinstance(metric, MultilabelNDCG):  # empty_target changes compute only: the same sums load
+            make(empty_target="skip").load_state_dict(state)
+    for method in ("spearman", "kendall"):  # another metric's checkpoint: refused, whatever its tag decodes to
+        with pytest.raises(RuntimeError, match="MultilabelRankCorrelation checkpoint (was made with|has no state)"):
+            other = MultilabelKendallDistanceAtK(7, k=3)
+            other.persistent(True)
+            MultilabelRankCorrelation(7, method=method).load_state_dict(other.state_dict())
+
+
+def test_states_are_float64_sums_with_distinct_names():
+    names = []
+    for make, _ in _metrics()[:2] + _metrics()[3:]:
+        metric = make()
+        assert list(metric._defaults)[0] == "options_tag"
+        for name in list(metric._defaults)[1:]:
+            assert metric._reductions[name].__name__ in ("dim_zero_sum", "sum"), name
+            assert metric._defaults[name].dtype in (torch.float64, torch.int64)
+        names += list(metric._defaults)[1:]
+        metric.half()
+        metric.to(torch.bfloat16)
+        assert all(getattr(metric, n).dtype in (torch.float64, torch.int64) for n in list(metric._defaults)[1:])
+    assert len(names) == len(set(names))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what a training loop hands over
+
+
+def test_grad_carrying_logits_inference_mode_and_bfloat16_autocast():
+    torch.manual_seed(0)
+    student, teacher = torch.nn.Linear(5, 9), torch.nn.Linear(5, 9)
+    x = torch.randn(16, 5)
+    logits = student(x)
+    assert logits.requires_grad
+    reference = teacher(x).detach()
+    value = multilabel_kendall_distance_at_k(logits, reference, 4)
+    assert not value.requires_grad and student.weight.grad is None
+    close(value, naive_distance(logits.detach(), reference, 4))
+    rho = multilabel_rank_correlation(logits, teacher(x))
+    close(rho, scipy_mean(logits.detach(), reference, "spearman")[0])
+    grades = (reference.abs() * 2).round()
+    close(multilabel_ndcg(logits, grades, 3), naive_ndcg(logits.detach(), grades, 3, "exponential", "max"))
+    with torch.inference_mode():
+        metric = MultilabelKendallDistanceAtK(9, k=4)
+        inference_logits = student(x)
+    metric.update(logits, reference)
+    metric.update(inference_logits, reference)
+    close(metric.compute(), naive_distance(logits.detach(), reference, 4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = student(x)
+        low_reference = teacher(x).detach()
+    assert low.dtype == torch.bfloat16
+    for engine in ENGINES:
+        with use_engine(engine):
+            close(multilabel_kendall_distance_at_k(low, low_reference, 4),
+                  naive_distance(low.detach().float(), low_reference.float(), 4), engine)
+            close(multilabel_rank_correlation(low, low_reference, method="kendall"),
+                  scipy_mean(low.detach().float(), low_reference.float(), "kendall")[0], engine)
