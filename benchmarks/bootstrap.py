@@ -6,7 +6,7 @@ bootstrap update alternating, medians of the rounds):
 * ``plain``: ``MultilabelLWLRAP.update`` (and ``MultilabelLRAP.update``) with ``validate_args=False``;
 * ``bootstrap``: the same with ``num_bootstrap=B``;
 * the two parts of the bootstrap update: the per-positive precisions (the ranking) and the replicate sums (drawing
-  and adding the weights, :func:`torch_lwlrap._bootstrap.add_class_sums_`);
+  and adding the weights, :func:`torch_lwlrap.stats._bootstrap.add_class_sums_`);
 
 and the peak bytes of the temporaries one bootstrap update creates: peak RSS added by the call in a fresh process
 (the CPU path; numba's arrays included), and the tensors followed on the ``meta`` device (the path that runs on a
@@ -55,7 +55,7 @@ def interleaved_medians(fns, rounds: int) -> List[float]:
 
 
 def time_case(num_samples: int, num_classes: int, num_bootstrap: int, min_run_time: float, rounds: int) -> Dict:
-    from torch_lwlrap import _bootstrap
+    from torch_lwlrap.stats import _bootstrap
 
     preds, target = make_inputs(num_samples, num_classes, None)
     row: Dict = {"num_samples": num_samples, "num_classes": num_classes, "num_bootstrap": num_bootstrap}

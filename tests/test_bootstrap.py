@@ -26,7 +26,9 @@ from torch_lwlrap import (
     multilabel_lwlrap,
     multilabel_lwlrap_ci,
 )
-from torch_lwlrap import _bootstrap, _bootstrap_kernel, _engine_config, intervals
+from torch_lwlrap import _bootstrap_kernel, _engine_config
+from torch_lwlrap.functional import _intervals as intervals
+from torch_lwlrap.stats import _bootstrap
 
 NUM_LABELS = 6
 

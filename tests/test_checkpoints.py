@@ -36,7 +36,7 @@ from torch_lwlrap import (
     multilabel_retrieval_at_k,
 )
 from torch_lwlrap._checks import TIES
-from torch_lwlrap._metric_base import TAG_LAYOUT
+from torch_lwlrap.metrics._base import TAG_LAYOUT
 from torch_lwlrap._rank_reductions import RANKING_METRICS
 
 C = 6

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tests.reference import make_case, naive_lrap, naive_lwlrap
-from torch_lwlrap import cli, doctor, functional
+from torch_lwlrap import cli, doctor
+from torch_lwlrap.functional import _lwlrap as functional
 from torch_lwlrap._checks import TIES
 
 

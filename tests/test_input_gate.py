@@ -159,7 +159,7 @@ def test_forward_with_dist_sync_on_step_draws_what_update_draws(name):
 
 
 def test_samples_2_to_the_32_apart_draw_independent_weights():
-    from torch_lwlrap import _bootstrap
+    from torch_lwlrap.stats import _bootstrap
 
     key = _bootstrap.stream_key(0, 0)
     near = torch.arange(1000, dtype=torch.int64)

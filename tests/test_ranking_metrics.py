@@ -189,7 +189,7 @@ def test_the_collection_with_expected_ties_equals_every_tie_order_enumerated():
 
 
 def test_the_collection_ranks_each_batch_once(monkeypatch):
-    from torch_lwlrap import ranking_functional
+    from torch_lwlrap.functional import _ranking_family as ranking_functional
 
     calls = []
     original = ranking_functional.positive_counts_chunks

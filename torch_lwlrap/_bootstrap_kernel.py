@@ -1,4 +1,4 @@
-"""Compiled CPU path of :func:`torch_lwlrap._bootstrap.class_sums`: weights drawn and reduced in one pass, with numba.
+"""Compiled CPU path of :func:`torch_lwlrap.stats._bootstrap.class_sums`: weights drawn and reduced in one pass, with numba.
 
 On the CPU, torch's elementwise integer operations cost tens of nanoseconds per weight (shifts and xors are not
 vectorized), so a hash per weight in torch would cost far more than ranking the batch. This kernel draws each weight
@@ -67,7 +67,7 @@ if numba is not None:
 
     @serial_kernel(inline="always")
     def _mix(x):
-        # The hash of torch_lwlrap._bootstrap._mix on int64 values in [0, 2**32): products stay below 2**63.
+        # The hash of torch_lwlrap.stats._bootstrap._mix on int64 values in [0, 2**32): products stay below 2**63.
         mask = np.int64(0xFFFFFFFF)
         x = x ^ (x >> np.int64(16))
         x = (x * np.int64(0x21F0AAAD)) & mask

@@ -103,7 +103,7 @@ NUMBA_CONVERSION_CHUNK_ELEMENTS = 1 << 22
 #: sort's workspace a few dozen more.
 LABEL_COUNTS_CHUNK_ELEMENTS = 1 << 20
 
-#: Bootstrap weights drawn per block by torch (torch_lwlrap._bootstrap): int64 temporaries of 8 MiB each.
+#: Bootstrap weights drawn per block by torch (torch_lwlrap.stats._bootstrap): int64 temporaries of 8 MiB each.
 BOOTSTRAP_BLOCK_ELEMENTS = 1 << 20
 
 BUDGETS = (

@@ -1,7 +1,7 @@
 """The torch paths of the learning-to-rank metrics, on any device: graded DCG, the rank correlations of two score
 rows and the Kendall distance at k, each per row of a chunk and without host-device syncs.
 
-Every function takes checked ``(n, C)`` rows (:mod:`torch_lwlrap._ltr_inputs`) and returns per-row float64 values;
+Every function takes checked ``(n, C)`` rows (:mod:`torch_lwlrap._checks`) and returns per-row float64 values;
 the callers sum them. The CPU takes the compiled kernels of :mod:`torch_lwlrap._ltr_numba` where it can; these paths
 serve every other device, and the CPU under ``use_engine("sort")`` or without numba.
 

@@ -5,3 +5,7 @@ TIES = ("max", "index", "expected")
 
 #: The ranking engine's paths (:mod:`torch_lwlrap._engine_config`): ``"auto"`` picks per device.
 ENGINES = ("auto", "sort", "count", "numba", "triton")
+
+#: What a sample without a positive label (or, for NDCG, whose ideal DCG is 0) adds to the retrieval metrics:
+#: a score of 0, or nothing (left out of the mean).
+EMPTY_TARGET = ("zero", "skip")

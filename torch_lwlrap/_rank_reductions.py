@@ -25,7 +25,7 @@ from torch import Tensor
 
 from torch_lwlrap import _dispatch, _numba_counts
 from torch_lwlrap._checks import formatted_chunks
-from torch_lwlrap._options import TIES
+from torch_lwlrap._options import EMPTY_TARGET, TIES  # noqa: F401 - EMPTY_TARGET re-exported
 from torch_lwlrap._ranking import (
     LabelCounts,
     _true_indices,
@@ -42,7 +42,6 @@ RANKING_METRICS = ("coverage_error", "ranking_loss", "one_error", "retrieval", "
 RETRIEVAL_METRICS = ("hit", "precision", "recall", "ap", "rr", "ndcg")
 
 #: What a retrieval metric does with a sample without any positive label.
-EMPTY_TARGET = ("zero", "skip")
 
 #: Devices on which :func:`positive_entries` gathers the positives (elsewhere it masks every cell).
 GATHER_DEVICES = ("cpu",)
@@ -436,12 +435,6 @@ def check_retrieval_metrics(metrics: Sequence[str]) -> Tuple[str, ...]:
             f"{metrics!r}."
         )
     return tuple(name for name in RETRIEVAL_METRICS if name in names)
-
-
-def check_empty_target(empty_target: str) -> str:
-    if empty_target not in EMPTY_TARGET:
-        raise ValueError(f"Argument `empty_target` must be one of {EMPTY_TARGET}, but got {empty_target!r}.")
-    return empty_target
 
 
 def check_rank_ties(ties: str) -> str:

@@ -214,7 +214,7 @@ def _bounds(bounds: Sequence[float]) -> str:
     return f"[{bounds[0]:.6f}, {bounds[1]:.6f}]"
 
 
-#: The seeds the bootstrap accepts: ``[0, 2**63)`` (:func:`torch_lwlrap._bootstrap.check_seed`).
+#: The seeds the bootstrap accepts: ``[0, 2**63)`` (:func:`torch_lwlrap.stats._bootstrap.check_seed`).
 SEED_LIMIT = 2**63
 
 

@@ -69,8 +69,8 @@ def compare_files(
     _check_index_ties(ties, inputs)
     import torch
 
-    from torch_lwlrap.intervals import compare_lwlrap
-    from torch_lwlrap.ltr_functional import multilabel_kendall_distance_at_k
+    from torch_lwlrap.functional._intervals import compare_lwlrap
+    from torch_lwlrap.functional._ltr import multilabel_kendall_distance_at_k
 
     agreement_result = None
     if agreement is not None:

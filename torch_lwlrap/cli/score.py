@@ -102,7 +102,7 @@ def score_files(
     if ties_found.has_ties:
         extra["ties"] = {**ties_found.as_dict(), **tie_causes(scores, target_np)}
     if num_bootstrap:
-        from torch_lwlrap.intervals import multilabel_lwlrap_ci
+        from torch_lwlrap.functional._intervals import multilabel_lwlrap_ci
 
         options = dict(num_bootstrap=num_bootstrap, level=level, seed=seed, **rule)
         _, low, high = multilabel_lwlrap_ci(preds, target, **options)

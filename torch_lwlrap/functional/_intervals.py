@@ -3,7 +3,7 @@
 A bootstrap replicate of the evaluation set draws each sample ``w ~ Poisson(1)`` times; since lwlrap and LRAP are
 ratios of sums over samples, a replicate's score is the same ratio of *weighted* sums. The ``*_bootstrap_update``
 functions give a batch's plain sums (as :mod:`torch_lwlrap.functional`) and its ``B`` weighted copies from one
-ranking of the batch; the weights and the interval statistics live in :mod:`torch_lwlrap._bootstrap`.
+ranking of the batch; the weights and the interval statistics live in :mod:`torch_lwlrap.stats._bootstrap`.
 
 The interval describes the sampling variability of the evaluation set: how much the score would move on another
 evaluation set drawn the same way. It says nothing of the variability of training (seeds, data order).
@@ -16,15 +16,14 @@ from typing import Iterator, NamedTuple, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _bootstrap
-from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
-from torch_lwlrap._checks import check_average, check_ignore_index, check_ties
+from torch_lwlrap.stats import _bootstrap
+from torch_lwlrap.stats._bootstrap import check_level, check_num_bootstrap, check_seed
+from torch_lwlrap._checks import check_average, check_batch, check_ignore_index, check_ties
 from torch_lwlrap._rank_reductions import positive_counts_chunks
 from torch_lwlrap._ranking import label_counts_chunks
 from torch_lwlrap._tie_rules import label_precision
-from torch_lwlrap.functional import (
+from torch_lwlrap.functional._lwlrap import (
     _batch_totals,
-    _check_batch,
     _lrap_compute,
     _lrap_per_sample,
     _lwlrap_compute,
@@ -101,7 +100,7 @@ def _lwlrap_bootstrap_update(
     with the weights of their samples (drawn from ``key``; row ``i`` of the batch, extra dimensions flattened, is
     sample ``first_sample + i`` of the stream).
     """
-    _, preds, target, _ = _check_batch(preds, target, num_labels, ignore_index, validate_args)
+    _, preds, target, _ = check_batch(preds, target, num_labels, ignore_index, validate_args)
     num_classes = preds.shape[1]
     device = preds.device
     precision_sum = torch.zeros(num_classes, dtype=torch.float64, device=device)
@@ -153,7 +152,7 @@ def _lrap_bootstrap_update(
         return values[:, 0].sum(), values[:, 1].sum()
 
     # Every check (NaN scores included) before the first chunk adds to the replicates.
-    _, preds, target, sample_weight = _check_batch(
+    _, preds, target, sample_weight = check_batch(
         preds, target, num_labels, ignore_index, validate_args, sample_weight
     )
     return _batch_totals(preds, target, num_labels, ties, ignore_index, False, sample_weight, reduce)
@@ -318,7 +317,7 @@ def compare_lwlrap(
 
     Returns:
         A :class:`Comparison`. ``p_value`` is the two-sided bootstrap p-value of "no difference"
-        (:func:`torch_lwlrap._bootstrap.paired_p_value`); identical systems give a difference of exactly 0, a
+        (:func:`torch_lwlrap.stats._bootstrap.paired_p_value`); identical systems give a difference of exactly 0, a
         zero-width interval and ``p_value`` 1.
 
     Example:
@@ -343,8 +342,8 @@ def compare_lwlrap(
     device = preds_a.device if isinstance(preds_a, Tensor) else None
     key = _bootstrap.stream_key(seed, 0, device=device)
     # Both systems are checked before either is ranked: a bad one raises before any work.
-    _, preds_a, target, _ = _check_batch(preds_a, target, num_labels, ignore_index, validate_args)
-    _, preds_b, target, _ = _check_batch(preds_b, target, num_labels, ignore_index, validate_args)
+    _, preds_a, target, _ = check_batch(preds_a, target, num_labels, ignore_index, validate_args)
+    _, preds_b, target, _ = check_batch(preds_b, target, num_labels, ignore_index, validate_args)
     results = []
     for preds in (preds_a, preds_b):
         replicates = _replicate_states(preds, num_bootstrap)

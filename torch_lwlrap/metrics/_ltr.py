@@ -1,9 +1,9 @@
-"""``torchmetrics.Metric`` classes of the learning-to-rank metrics of :mod:`torch_lwlrap.ltr_functional`: NDCG with
+"""``torchmetrics.Metric`` classes of the learning-to-rank metrics of :mod:`torch_lwlrap.functional._ltr`: NDCG with
 graded relevance, the rank correlation of two rankings and their Kendall distance at k.
 
 Thin wrappers over the functional module's ``_*_update`` sums: every state is a float64 sum (int64 for sample
 counts) with ``dist_reduce_fx="sum"``, named after its metric, after the constant ``options_tag``
-(:class:`torch_lwlrap._metric_base.TaggedMetric`).
+(:class:`torch_lwlrap.metrics._base.TaggedMetric`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import check_num_labels
-from torch_lwlrap._ltr_inputs import check_graded, check_graded_ignore_index, check_k, check_pair
-from torch_lwlrap._metric_base import (
+from torch_lwlrap._checks import check_num_labels, check_ties
+from torch_lwlrap._checks import check_empty_target, check_graded, check_graded_ignore_index, check_k, check_pair
+from torch_lwlrap.metrics._base import (
     TaggedMetric,
     _apply_keeping_float64,
     _check_device,
@@ -25,7 +25,7 @@ from torch_lwlrap._metric_base import (
     int_option,
 )
 from torch_lwlrap._options import TIES
-from torch_lwlrap.ltr_functional import (
+from torch_lwlrap.functional._ltr import (
     CORRELATIONS,
     GAINS,
     _correlation_update,
@@ -33,10 +33,8 @@ from torch_lwlrap.ltr_functional import (
     _ndcg_compute,
     _ndcg_update,
     _ratio,
-    check_empty_target,
     check_gain,
     check_method,
-    check_ndcg_ties,
 )
 
 __all__ = ["MultilabelNDCG", "MultilabelRankCorrelation", "MultilabelKendallDistanceAtK"]
@@ -129,7 +127,7 @@ class MultilabelNDCG(_SumMetric):
         self.num_labels = check_num_labels(num_labels)
         self.k = check_k(k, allow_none=True)
         self.gain = check_gain(gain)
-        self.ties = check_ndcg_ties(ties)
+        self.ties = check_ties(ties)
         self.ignore_index = check_graded_ignore_index(ignore_index)
         self.empty_target = check_empty_target(empty_target)
         self.validate_args = validate_args

@@ -17,12 +17,13 @@ from torch import Tensor
 from torch_lwlrap._checks import (
     TIES,
     check_average,
+    check_batch,
     check_ignore_index,
     check_num_labels,
     check_ties,
 )
-from torch_lwlrap import _bootstrap
-from torch_lwlrap._metric_base import (
+from torch_lwlrap.stats import _bootstrap
+from torch_lwlrap.metrics._base import (
     TaggedMetric,
     _apply_keeping_float64,
     _check_device,
@@ -34,10 +35,9 @@ from torch_lwlrap._metric_base import (
     legacy_tag,
 )
 from torch_lwlrap._ranking import TIE_SUM_RULES, TieSums
-from torch_lwlrap._tie_report import TieReport, tie_sums_update
-from torch_lwlrap._bootstrap import check_level, check_num_bootstrap, check_seed
-from torch_lwlrap.functional import (
-    _check_batch,
+from torch_lwlrap.functional._tie_report import TieReport, tie_sums_update
+from torch_lwlrap.stats._bootstrap import check_level, check_num_bootstrap, check_seed
+from torch_lwlrap.functional._lwlrap import (
     _lrap_compute,
     _lrap_update,
     _lwlrap_compute,
@@ -45,7 +45,7 @@ from torch_lwlrap.functional import (
     _lwlrap_update,
 )
 from torch_lwlrap.plot import plot_per_class, plot_values
-from torch_lwlrap.intervals import (
+from torch_lwlrap.functional._intervals import (
     _lrap_bootstrap_update,
     _lrap_replicates,
     _lwlrap_bootstrap_update,
@@ -59,7 +59,7 @@ class _Bootstrap:
     """The bootstrap side of a metric: its replicate states, the position of each sample in the stream, the interval.
 
     A metric with ``num_bootstrap = B > 0`` keeps ``B`` weighted copies of its sums (see
-    :mod:`torch_lwlrap._bootstrap`) and a sample counter ``<prefix>_samples``: the weight of a sample is drawn from
+    :mod:`torch_lwlrap.stats._bootstrap`) and a sample counter ``<prefix>_samples``: the weight of a sample is drawn from
     ``(bootstrap_seed, process rank, the sample's position in its process's stream)``, so the replicates do not
     depend on how the samples were split into batches (the function on all of them gives the same interval), a run
     is reproducible for a given seed, world size and sample order, and a checkpoint carries where the stream stands.
@@ -344,7 +344,7 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         """
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
-        _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
+        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
         with _values_checked(self), self._forward_counter():
             return super().forward(preds, target)
 
@@ -521,7 +521,7 @@ class MultilabelLRAP(_Bootstrap, TaggedMetric):
         """
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
-        _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
+        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
         with _values_checked(self), self._forward_counter():
             return super().forward(preds, target, sample_weight=sample_weight)
 
@@ -634,7 +634,7 @@ class MultilabelTieReport(TaggedMetric):
         """Add a batch and return the :meth:`compute` of this batch alone (``metric(preds, target)``)."""
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
-        _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
+        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
         with _values_checked(self):
             return super().forward(preds, target)
 

@@ -1,7 +1,7 @@
 """Functional interface of the learning-to-rank metrics beyond binary targets: NDCG with graded relevance, and two
 rankings compared label by label (rank correlation, Kendall distance at k).
 
-Each ``_*_update`` function turns a batch into the sums the metric classes of :mod:`torch_lwlrap.ltr_metrics`
+Each ``_*_update`` function turns a batch into the sums the metric classes of :mod:`torch_lwlrap.metrics._ltr`
 accumulate; the public functions finish the same sums. The CPU takes the compiled kernels of
 :mod:`torch_lwlrap._ltr_numba` where numba is installed and the engine allows (``"auto"`` or ``"numba"``), every
 other case the torch paths of :mod:`torch_lwlrap._ltr_torch`.
@@ -17,7 +17,9 @@ from torch import Tensor
 
 from torch_lwlrap import _dispatch, _ltr_numba, _ltr_torch
 from torch_lwlrap._engine_config import forced_chunk_elements
-from torch_lwlrap._ltr_inputs import (
+from torch_lwlrap._checks import (
+    check_empty_target,
+    check_ties,
     check_graded,
     check_graded_ignore_index,
     check_k,
@@ -26,7 +28,6 @@ from torch_lwlrap._ltr_inputs import (
     flat_weights,
     row_chunks,
 )
-from torch_lwlrap._options import TIES
 
 __all__ = ["multilabel_ndcg", "multilabel_rank_correlation", "multilabel_kendall_distance_at_k"]
 
@@ -35,10 +36,6 @@ GAINS = _ltr_torch.GAINS
 
 #: Rank correlations of :func:`multilabel_rank_correlation`.
 CORRELATIONS = ("spearman", "kendall")
-
-#: What NDCG does with a sample whose ideal DCG is 0 (as the retrieval metrics with a sample without positive).
-EMPTY_TARGET = ("zero", "skip")
-
 
 def check_gain(gain: str) -> str:
     if gain not in GAINS:
@@ -50,18 +47,6 @@ def check_method(method: str) -> str:
     if method not in CORRELATIONS:
         raise ValueError(f"Argument `method` must be one of {CORRELATIONS}, but got {method!r}.")
     return method
-
-
-def check_ndcg_ties(ties: str) -> str:
-    if ties not in TIES:
-        raise ValueError(f"Argument `ties` must be one of {TIES}, but got {ties!r}.")
-    return ties
-
-
-def check_empty_target(empty_target: str) -> str:
-    if empty_target not in EMPTY_TARGET:
-        raise ValueError(f"Argument `empty_target` must be one of {EMPTY_TARGET}, but got {empty_target!r}.")
-    return empty_target
 
 
 def _compiled(rows: Tensor) -> bool:
@@ -183,7 +168,7 @@ def multilabel_ndcg(
     """
     k = check_k(k, allow_none=True)
     check_gain(gain)
-    check_ndcg_ties(ties)
+    check_ties(ties)
     check_empty_target(empty_target)
     ignore_index = check_graded_ignore_index(ignore_index)
     state = _ndcg_update(preds, relevance, None, k, gain, ties, ignore_index, validate_args, sample_weight)

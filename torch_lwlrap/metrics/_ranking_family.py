@@ -1,7 +1,7 @@
 """``torchmetrics.Metric`` classes of the ranking metrics beside lwlrap, and a collection that computes any of them
 (lwlrap and LRAP included) from one ranking pass per batch.
 
-Thin wrappers over :mod:`torch_lwlrap.ranking_functional`: every state is a float64 sum (int64 for label counts)
+Thin wrappers over :mod:`torch_lwlrap.functional._ranking_family`: every state is a float64 sum (int64 for label counts)
 with ``dist_reduce_fx="sum"``, named after its metric so that a ``MetricCollection`` never merges two metrics.
 """
 
@@ -12,20 +12,19 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import check_ignore_index, check_num_labels
+from torch_lwlrap._checks import check_empty_target, check_ignore_index, check_num_labels
 from torch_lwlrap._rank_reductions import (
     RANK_TIES,
     RANKING_METRICS,
     RETRIEVAL_METRICS,
     RankingSpec,
-    check_empty_target,
     check_ks,
     check_rank_ties,
     check_retrieval_metrics,
     finish,
     state_shapes,
 )
-from torch_lwlrap._metric_base import (
+from torch_lwlrap.metrics._base import (
     TaggedMetric,
     _apply_keeping_float64,
     _check_device,
@@ -36,9 +35,9 @@ from torch_lwlrap._metric_base import (
     legacy_tag,
     names_option,
 )
-from torch_lwlrap.functional import _check_batch
+from torch_lwlrap._checks import check_batch
 from torch_lwlrap.plot import plot_values
-from torch_lwlrap.ranking_functional import _ranking_update
+from torch_lwlrap.functional._ranking_family import _ranking_update
 
 __all__ = [
     "MultilabelCoverageError",
@@ -110,7 +109,7 @@ class _RankingMetric(TaggedMetric):
         """Add a batch and return the value of this batch alone; a rejected batch leaves the state as it was."""
         # torchmetrics' forward empties the state before calling update: check the batch first.
         _check_device(self, preds)
-        _check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
+        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
         with _values_checked(self):
             return super().forward(preds, target, sample_weight=sample_weight)
 

@@ -12,11 +12,10 @@ from typing import Dict, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import _ignore_value, check_ignore_index, chunk_samples
+from torch_lwlrap._checks import check_empty_target, _ignore_value, check_ignore_index, chunk_samples
 from torch_lwlrap._rank_reductions import (
     RETRIEVAL_METRICS,
     RankingSpec,
-    check_empty_target,
     check_ks,
     check_rank_ties,
     check_retrieval_metrics,
@@ -27,7 +26,7 @@ from torch_lwlrap._rank_reductions import (
     state_shapes,
 )
 from torch_lwlrap._ranking import forced_chunk_elements
-from torch_lwlrap.functional import _check_batch
+from torch_lwlrap._checks import check_batch
 
 __all__ = [
     "multilabel_coverage_error",
@@ -53,7 +52,7 @@ def _ranking_update(
     bounded.
     """
     # Values only from here on: scores that carry gradients never reach autograd.
-    _, preds, target, sample_weight = _check_batch(preds, target, num_labels, ignore_index, validate_args, sample_weight)
+    _, preds, target, sample_weight = check_batch(preds, target, num_labels, ignore_index, validate_args, sample_weight)
     num_samples, num_classes = preds.shape[:2]
     device = preds.device
     totals = {

@@ -15,19 +15,17 @@ from torch import Tensor
 
 from torch_lwlrap._checks import (
     check_average,
+    check_batch,
     check_ignore_index,
-    check_inputs,
     check_ties,
     formatted_chunks,
     nan_scores_error,
-    values_only,
 )
 from torch_lwlrap._ranking import (
     RankingSums,
     ScoresContainNaN,
     forced_chunk_elements,
     ranking_sums,
-    takes_numba_path,
 )
 
 __all__ = [
@@ -62,30 +60,6 @@ def _lwlrap_update(
     )
 
 
-def _check_batch(
-    preds: Tensor,
-    target: Tensor,
-    num_labels: Optional[int],
-    ignore_index: Optional[int],
-    validate_args: bool,
-    sample_weight: Optional[Tensor] = None,
-    *,
-    nan_later: bool = False,
-) -> Tuple[bool, Tensor, Tensor, Optional[Tensor]]:
-    """Every check of a batch (:func:`torch_lwlrap._checks.check_inputs`).
-
-    Returns whether the numba path ranks it, and ``preds``, ``target`` and ``sample_weight`` as values only
-    (:func:`torch_lwlrap._checks.values_only`): every public entry checks its batch here, so scores that carry
-    gradients are accepted everywhere and never reach autograd. On the numba path its compiled helpers check the
-    target, and with ``nan_later`` NaN scores are left to its ranking pass (``ranking_sums(check_nan=True)``).
-    """
-    preds, target, sample_weight = values_only(preds), values_only(target), values_only(sample_weight)
-    numba_path = isinstance(preds, Tensor) and takes_numba_path(preds.device, preds.dtype)
-    check_scores = not (nan_later and numba_path)
-    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight, check_scores, numba_path)
-    return numba_path, preds, target, sample_weight
-
-
 def _batch_totals(
     preds: Tensor,
     target: Tensor,
@@ -103,7 +77,7 @@ def _batch_totals(
     ``validate_args``); chunks of samples bound the workspace whatever the batch size
     (:data:`torch_lwlrap._engine_config.INPUT_CHUNK_BYTES`).
     """
-    numba_path, preds, target, sample_weight = _check_batch(
+    numba_path, preds, target, sample_weight = check_batch(
         preds, target, num_labels, ignore_index, validate_args, sample_weight, nan_later=True
     )
     # The numba path looks for NaN in its own pass over the scores: no extra read.

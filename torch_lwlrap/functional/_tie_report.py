@@ -14,7 +14,7 @@ from typing import Optional
 from torch import Tensor
 
 from torch_lwlrap._checks import check_ignore_index, formatted_chunks, nan_scores_error
-from torch_lwlrap.functional import _check_batch
+from torch_lwlrap._checks import check_batch
 from torch_lwlrap._ranking import TIE_SUM_RULES, ScoresContainNaN, TieSums, forced_chunk_elements, tie_sums
 
 
@@ -64,7 +64,7 @@ def tie_sums_update(
     preds: Tensor, target: Tensor, num_labels: Optional[int], ignore_index: Optional[int], validate_args: bool
 ) -> TieSums:
     """The :class:`TieSums` of a checked batch, summed over its chunks (sum-only statistics)."""
-    numba_path, preds, target, _ = _check_batch(preds, target, num_labels, ignore_index, validate_args, nan_later=True)
+    numba_path, preds, target, _ = check_batch(preds, target, num_labels, ignore_index, validate_args, nan_later=True)
     total = None
     for scores, positive, known, _ in formatted_chunks(
         preds, target, ignore_index, None, forced_chunk_elements(), numba_path
