@@ -182,3 +182,23 @@ def test_updates_after_loading_never_write_into_the_checkpoint():
     resumed.update(preds[100:200], target[100:200])
     for name, value in held.items():
         assert torch.equal(value, checkpoint[name]), name
+
+
+@pytest.mark.parametrize("name", ["MultilabelLWLRAP", "MultilabelTieReport", "MultilabelRankCorrelation"])
+def test_a_forward_with_arguments_update_does_not_take_changes_nothing(name):
+    """``metric(preds, target, weights)`` on a metric whose update takes no weights: Python's own TypeError, before
+    torchmetrics' forward empties the states."""
+    metric = getattr(torch_lwlrap, name)(num_labels=4)
+    preds = torch.tensor([[0.9, 0.1, 0.5, 0.3], [0.2, 0.8, 0.4, 0.6]])
+    target = torch.tensor([[1, 0, 1, 0], [0, 1, 0, 1]])
+    second = target.float() if name == "MultilabelRankCorrelation" else target
+    metric.update(preds, second)
+    before = {key: value.clone() for key, value in metric.metric_state.items()}
+    assert len(before) >= 3
+    with pytest.raises(TypeError, match="too many positional arguments|unexpected keyword"):
+        metric(preds, second, torch.ones(2))
+    with pytest.raises(TypeError):
+        metric(preds, second, weights=torch.ones(2))
+    after = metric.metric_state
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert metric._update_count == 1

@@ -84,3 +84,17 @@ def test_only_the_dispatch_asks_the_backends_what_they_serve(module):
 def test_the_dispatch_check_finds_a_decision():
     tree = ast.parse("a = _numba_kernel.is_available(d)\nb = torch.cuda.is_available()\nc = compiled_cpu_allowed()\n")
     assert _deciding_calls(tree) == [(1, "is_available"), (3, "compiled_cpu_allowed")]
+
+
+def test_forward_and_the_device_move_are_written_once_in_the_metric_base():
+    import torch_lwlrap
+    from torch_lwlrap.metrics._base import TaggedMetric
+
+    classes = [getattr(torch_lwlrap, name) for name in torch_lwlrap.metrics.__all__]
+    for cls in classes:
+        assert issubclass(cls, TaggedMetric), cls
+        for klass in cls.__mro__:
+            if klass is TaggedMetric:
+                break
+            for method in ("forward", "_apply"):
+                assert method not in vars(klass), f"{klass.__name__} defines {method}: the metric base owns it"

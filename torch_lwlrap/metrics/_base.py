@@ -18,11 +18,15 @@ The tag never changes (a ``"max"`` reduction keeps it across processes and merge
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+import functools
+import inspect
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
+
+from torch_lwlrap._checks import check_batch
 
 #: First entry of a tag in this layout; the tags of earlier versions start with a tie-rule index (0, 1 or 2).
 TAG_LAYOUT = 1002
@@ -149,6 +153,41 @@ class TaggedMetric(Metric):
         self.options_tag = tag.to(self.options_tag.device)
         self._defaults["options_tag"] = tag.to(self._defaults["options_tag"].device)
 
+    # One forward, one out-of-place update and one device move for every metric.
+
+    def _check_batch(self, preds: Any, target: Any, sample_weight: Any = None) -> None:
+        """Every check ``update`` runs on a batch, nothing changed: the input gate
+        (:func:`torch_lwlrap._checks.check_batch`). Metrics whose batches are not scores and 0/1 targets override it."""
+        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
+
+    def _forward_context(self) -> ContextManager[Any]:
+        """Entered around torchmetrics' forward (the bootstrap metrics keep their positions in the stream there)."""
+        return contextlib.nullcontext()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Add a batch and return the value of this batch alone (``metric(preds, target)``, with the arguments of
+        ``update``).
+
+        torchmetrics' forward empties the states before it calls ``update``: the batch goes through the input gate
+        first, so a rejected batch (or a call with the wrong arguments) raises before anything changes, and the
+        accumulated states are kept.
+        """
+        bound = _update_signature(type(self)).bind(self, *args, **kwargs)
+        _check_device(self, next(iter(list(bound.arguments.values())[1:]), None))
+        self._check_batch(*args, **kwargs)
+        with _values_checked(self), self._forward_context():
+            return super().forward(*args, **kwargs)
+
+    def _add_sums(self, sums: Dict[str, Tensor]) -> None:
+        """Add a batch's sums to the states, out of place: a state made under ``torch.inference_mode()`` (a metric
+        created, reset or used in a validation loop there) cannot be updated in place outside it."""
+        for name, value in sums.items():
+            setattr(self, name, getattr(self, name) + value)
+
+    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "TaggedMetric":
+        floats = tuple(n for n, d in self._defaults.items() if isinstance(d, Tensor) and d.dtype == torch.float64)
+        return _apply_keeping_float64(self, fn, exclude_state, floats)
+
     def _legacy_refusal(self, saved: Callable[[str], Any]) -> Optional[str]:
         """Why a checkpoint of an earlier version cannot load here whatever the options (None: it may), with the
         fix."""
@@ -255,6 +294,12 @@ def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Di
 
 
 # Helpers every metric's update, forward and compute share.
+
+
+@functools.lru_cache(maxsize=None)
+def _update_signature(cls: type) -> inspect.Signature:
+    """The arguments ``update`` takes (the class's own function: torchmetrics wraps each instance's)."""
+    return inspect.signature(cls.update)
 
 
 def _check_device(metric: Metric, preds: Any) -> None:

@@ -8,7 +8,7 @@ counts) with ``dist_reduce_fx="sum"``, named after its metric, after the constan
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -17,10 +17,8 @@ from torch_lwlrap._checks import check_num_labels, check_ties
 from torch_lwlrap._checks import check_empty_target, check_graded, check_graded_ignore_index, check_k, check_pair
 from torch_lwlrap.metrics._base import (
     TaggedMetric,
-    _apply_keeping_float64,
     _check_device,
     _synced,
-    _values_checked,
     choice_option,
     int_option,
 )
@@ -57,26 +55,14 @@ class _SumMetric(TaggedMetric):
     def _sums(self, *args: Any) -> Dict[str, Tensor]:
         raise NotImplementedError
 
-    def _check(self, *args: Any) -> None:
+    def _check_batch(self, *args: Any) -> None:
         raise NotImplementedError
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Add a batch. A rejected batch raises before anything changes: the state keeps the batches accumulated
         before it."""
         _check_device(self, args[0] if args else next(iter(kwargs.values()), None))
-        for name, value in self._sums(*args, **kwargs).items():
-            setattr(self, name, getattr(self, name) + value)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Add a batch and return the value of this batch alone; a rejected batch leaves the state as it was."""
-        # torchmetrics' forward empties the state before calling update: check the batch first.
-        _check_device(self, args[0] if args else next(iter(kwargs.values()), None))
-        self._check(*args, **kwargs)
-        with _values_checked(self):
-            return super().forward(*args, **kwargs)
-
-    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "_SumMetric":
-        return _apply_keeping_float64(self, fn, exclude_state, self._float_sums)
+        self._add_sums(self._sums(*args, **kwargs))
 
     def plot(self, val: Optional[Any] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:
         """Plot a value (default: :meth:`compute`'s) or a sequence of values from several steps, as torchmetrics
@@ -146,7 +132,7 @@ class MultilabelNDCG(_SumMetric):
             sample_weight,
         )
 
-    def _check(self, preds: Tensor, relevance: Tensor, sample_weight: Optional[Tensor] = None) -> None:
+    def _check_batch(self, preds: Tensor, relevance: Tensor, sample_weight: Optional[Tensor] = None) -> None:
         check_graded(preds, relevance, self.num_labels, self.ignore_index, self.gain, self.validate_args,
                      sample_weight)
 
@@ -156,10 +142,6 @@ class MultilabelNDCG(_SumMetric):
         A rejected batch raises before anything changes: the state keeps the batches accumulated before it.
         """
         super().update(preds, relevance, sample_weight)
-
-    def forward(self, preds: Tensor, relevance: Tensor, sample_weight: Optional[Tensor] = None) -> Any:
-        """Add a batch and return its NDCG alone; a rejected batch leaves the state as it was."""
-        return super().forward(preds, relevance, sample_weight)
 
     def compute(self) -> Tensor:
         """The (weighted) mean NDCG over all accumulated samples, float64; NaN when no sample counts."""
@@ -206,7 +188,7 @@ class MultilabelRankCorrelation(_SumMetric):
     def _sums(self, preds: Tensor, reference: Tensor) -> Dict[str, Tensor]:
         return _correlation_update(preds, reference, self.num_labels, self.method, self.validate_args)
 
-    def _check(self, preds: Tensor, reference: Tensor) -> None:
+    def _check_batch(self, preds: Tensor, reference: Tensor) -> None:
         check_pair(preds, reference, self.num_labels, self.validate_args, ("preds", "reference"))
 
     def update(self, preds: Tensor, reference: Tensor) -> None:
@@ -215,10 +197,6 @@ class MultilabelRankCorrelation(_SumMetric):
         A rejected batch raises before anything changes: the state keeps the batches accumulated before it.
         """
         super().update(preds, reference)
-
-    def forward(self, preds: Tensor, reference: Tensor) -> Any:
-        """Add a batch and return its mean correlation alone; a rejected batch leaves the state as it was."""
-        return super().forward(preds, reference)
 
     def compute(self) -> Tensor:
         """The mean correlation over the accumulated samples that have one, float64; NaN if none has."""
@@ -266,7 +244,7 @@ class MultilabelKendallDistanceAtK(_SumMetric):
     def _sums(self, preds_a: Tensor, preds_b: Tensor) -> Dict[str, Tensor]:
         return _distance_update(preds_a, preds_b, self.num_labels, self.k, self.validate_args)
 
-    def _check(self, preds_a: Tensor, preds_b: Tensor) -> None:
+    def _check_batch(self, preds_a: Tensor, preds_b: Tensor) -> None:
         check_pair(preds_a, preds_b, self.num_labels, self.validate_args)
 
     def update(self, preds_a: Tensor, preds_b: Tensor) -> None:
@@ -275,10 +253,6 @@ class MultilabelKendallDistanceAtK(_SumMetric):
         A rejected batch raises before anything changes: the state keeps the batches accumulated before it.
         """
         super().update(preds_a, preds_b)
-
-    def forward(self, preds_a: Tensor, preds_b: Tensor) -> Any:
-        """Add a batch and return its mean distance alone; a rejected batch leaves the state as it was."""
-        return super().forward(preds_a, preds_b)
 
     def compute(self) -> Tensor:
         """The mean distance over the accumulated samples, float64; NaN without samples."""

@@ -17,7 +17,6 @@ from torch import Tensor
 from torch_lwlrap._checks import (
     TIES,
     check_average,
-    check_batch,
     check_ignore_index,
     check_num_labels,
     check_ties,
@@ -25,11 +24,9 @@ from torch_lwlrap._checks import (
 from torch_lwlrap.stats import _bootstrap
 from torch_lwlrap.metrics._base import (
     TaggedMetric,
-    _apply_keeping_float64,
     _check_device,
     _process_rank,
     _synced,
-    _values_checked,
     choice_option,
     int_option,
     legacy_tag,
@@ -147,7 +144,7 @@ class _Bootstrap:
         return tuple(states)
 
     @contextlib.contextmanager
-    def _forward_counter(self) -> Iterator[None]:
+    def _forward_context(self) -> Iterator[None]:
         # torchmetrics' forward empties the states (the counter too) before update and adds the batch's states
         # back after: the batch's weights must still be those the next update would draw.
         # Only on the path that empties the states: with dist_sync_on_step (or a full state update) torchmetrics
@@ -325,32 +322,7 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             precision_sum, label_count = _lwlrap_update(
                 preds, target, self.num_labels, self.ties, self.ignore_index, self.validate_args
             )
-        # Out of place: a state made under torch.inference_mode() (a metric created, reset or used in a
-        # validation loop there) cannot be updated in place outside it.
-        self.precision_sum = self.precision_sum + precision_sum
-        self.label_count = self.label_count + label_count
-
-    def forward(self, preds: Tensor, target: Tensor) -> Tensor:
-        """Add a batch and return the lwlrap of this batch alone (``metric(preds, target)``).
-
-        A rejected batch raises before anything changes: the accumulated state is kept.
-
-        Example:
-            >>> import torch
-            >>> from torch_lwlrap import MultilabelLWLRAP
-            >>> metric = MultilabelLWLRAP(num_labels=3)
-            >>> metric(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]))
-            tensor(0.5833, dtype=torch.float64)
-        """
-        # torchmetrics' forward empties the state before calling update: check the batch first.
-        _check_device(self, preds)
-        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
-        with _values_checked(self), self._forward_counter():
-            return super().forward(preds, target)
-
-    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelLWLRAP":
-        names = ("precision_sum", "bootstrap_precision_sum") if self.num_bootstrap else ("precision_sum",)
-        return _apply_keeping_float64(self, fn, exclude_state, names)
+        self._add_sums({"precision_sum": precision_sum, "label_count": label_count})
 
     def _replicates(self) -> Tensor:
         return _lwlrap_replicates(self.bootstrap_precision_sum, self.bootstrap_label_count, self.average)
@@ -503,33 +475,7 @@ class MultilabelLRAP(_Bootstrap, TaggedMetric):
             lrap_sum, weight_sum = _lrap_update(
                 preds, target, self.num_labels, sample_weight, self.ties, self.ignore_index, self.validate_args
             )
-        # Out of place, as in MultilabelLWLRAP.update: the state may have been made under torch.inference_mode().
-        self.lrap_sum = self.lrap_sum + lrap_sum
-        self.weight_sum = self.weight_sum + weight_sum
-
-    def forward(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> Tensor:
-        """Add a batch and return the LRAP of this batch alone (``metric(preds, target)``).
-
-        A rejected batch raises before anything changes: the accumulated state is kept.
-
-        Example:
-            >>> import torch
-            >>> from torch_lwlrap import MultilabelLRAP
-            >>> metric = MultilabelLRAP(num_labels=3)
-            >>> metric(torch.tensor([[0.75, 0.5, 1.0]]), torch.tensor([[1, 0, 0]]))
-            tensor(0.5000, dtype=torch.float64)
-        """
-        # torchmetrics' forward empties the state before calling update: check the batch first.
-        _check_device(self, preds)
-        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
-        with _values_checked(self), self._forward_counter():
-            return super().forward(preds, target, sample_weight=sample_weight)
-
-    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelLRAP":
-        names = ("lrap_sum", "weight_sum")
-        if self.num_bootstrap:
-            names += ("bootstrap_lrap_sum", "bootstrap_weight_sum")
-        return _apply_keeping_float64(self, fn, exclude_state, names)
+        self._add_sums({"lrap_sum": lrap_sum, "weight_sum": weight_sum})
 
     def _replicates(self) -> Tensor:
         return _lrap_replicates(self.bootstrap_lrap_sum, self.bootstrap_weight_sum)
@@ -625,21 +571,7 @@ class MultilabelTieReport(TaggedMetric):
         """
         _check_device(self, preds)
         sums = tie_sums_update(preds, target, self.num_labels, self.ignore_index, self.validate_args)
-        # Out of place, as in MultilabelLWLRAP.update: the state may have been made under torch.inference_mode().
-        self.label_count = self.label_count + sums.label_count
-        self.tied_label_count = self.tied_label_count + sums.tied_label_count
-        self.precision_sum = self.precision_sum + sums.precision_sum
-
-    def forward(self, preds: Tensor, target: Tensor) -> Dict[str, Tensor]:
-        """Add a batch and return the :meth:`compute` of this batch alone (``metric(preds, target)``)."""
-        # torchmetrics' forward empties the state before calling update: check the batch first.
-        _check_device(self, preds)
-        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args)
-        with _values_checked(self):
-            return super().forward(preds, target)
-
-    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "MultilabelTieReport":
-        return _apply_keeping_float64(self, fn, exclude_state, ("precision_sum",))
+        self._add_sums(sums._asdict())
 
     def compute(self) -> Dict[str, Tensor]:
         """``tied_share`` and lwlrap under ``"max"``, ``"expected"``, the best and the worst order of tied scores,

@@ -26,16 +26,13 @@ from torch_lwlrap._rank_reductions import (
 )
 from torch_lwlrap.metrics._base import (
     TaggedMetric,
-    _apply_keeping_float64,
     _check_device,
-    _values_checked,
     choice_option,
     int_option,
     ints_option,
     legacy_tag,
     names_option,
 )
-from torch_lwlrap._checks import check_batch
 from torch_lwlrap.plot import plot_values
 from torch_lwlrap.functional._ranking_family import _ranking_update
 
@@ -102,20 +99,7 @@ class _RankingMetric(TaggedMetric):
         sums = _ranking_update(
             preds, target, self.num_labels, sample_weight, self._spec, self.ignore_index, self.validate_args
         )
-        for name, value in sums.items():
-            setattr(self, name, getattr(self, name) + value)
-
-    def forward(self, preds: Tensor, target: Tensor, sample_weight: Optional[Tensor] = None) -> Any:
-        """Add a batch and return the value of this batch alone; a rejected batch leaves the state as it was."""
-        # torchmetrics' forward empties the state before calling update: check the batch first.
-        _check_device(self, preds)
-        check_batch(preds, target, self.num_labels, self.ignore_index, self.validate_args, sample_weight)
-        with _values_checked(self):
-            return super().forward(preds, target, sample_weight=sample_weight)
-
-    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "_RankingMetric":
-        floats = tuple(name for name in self._sum_names if self._defaults[name].dtype == torch.float64)
-        return _apply_keeping_float64(self, fn, exclude_state, floats)
+        self._add_sums(sums)
 
     def plot(self, val: Optional[Any] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:
         """Plot what :meth:`compute` returns (the default ``val``): a dict of values as one bar per metric, each
