@@ -95,8 +95,9 @@ class SpeedChoice:
     """Which variant of a kernel runs next, from the timings of this process's own calls.
 
     Calls are told apart by a key (the kernel, the thread count and the size class: the bit length of the number of
-    scores). For each key it keeps the last :attr:`kept` timings of each variant, in seconds per score, and takes the
-    variant whose best recent timing is lower; the other variant is tried once after ``reprobe_min`` calls, then
+    scores). For each key it keeps the last ``kept`` timings of each variant, in seconds per score, and takes the
+    variant whose median recent timing is lower (a median, not the best: on cores that other threads keep busy a
+    parallel region is now and then as fast as on idle ones, and mostly far slower); the other variant is tried once after ``reprobe_min`` calls, then
     after twice as many each time it loses again (up to ``reprobe_max``), and again after ``reprobe_min`` once it
     wins. A machine that gets busy (or idle) is followed within a few calls of the variant in use, or at the next try
     of the other one.
@@ -124,7 +125,7 @@ class SpeedChoice:
                 state = self._keys[key] = _KeyTimings(self.reprobe_min)
             if not state.parallel or not state.serial:
                 return not state.parallel  # each variant is timed once first, parallel first
-            faster = min(state.parallel) <= min(state.serial)
+            faster = _median(state.parallel) <= _median(state.serial)
             state.countdown -= 1
             if state.countdown > 0:
                 return faster
@@ -141,9 +142,15 @@ class SpeedChoice:
             mine.append(seconds)
             del mine[: -self.kept]
             if state.trying is parallel:  # the result of a try of the variant not in use
-                won = min(mine) <= min(other)
+                won = _median(mine) <= _median(other)
                 state.interval = self.reprobe_min if won else min(2 * state.interval, self.reprobe_max)
                 state.countdown, state.trying = state.interval, None
+
+
+def _median(timings: list) -> float:
+    ordered = sorted(timings)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 class _KeyTimings:
