@@ -125,13 +125,24 @@ def test_latency_benchmark_runs_each_case_in_a_fresh_process(tmp_path):
     # A smoke run (no time asserted): every case reports its statistics, in order, and the table is written.
     run_module("benchmarks.latency", "--quick", "--loads", "idle", "--paths", "numba,torch", tmp_path=tmp_path)
     report = json.loads((tmp_path / "latency.json").read_text())
-    cases = {(r["path"], r["threading"], r["rows"], r["classes"]) for r in report["records"]}
-    assert len(cases) == len(report["records"]) == 2 * 2 * 2
+    cases = {(r["path"], r["threading"], r["rows"], r["classes"], r["loop"]) for r in report["records"]}
+    assert len(cases) == len(report["records"]) == 2 * 2 * 2 * 2  # paths, threadings, sizes, plain and loop
     for record in report["records"]:
         assert record["calls"] >= 5
         assert 0 < record["p50"] <= record["p90"] <= record["p99"]
         assert record["torch_threads"] == 1 if record["threading"] == "one" else record["torch_threads"] >= 1
-    assert "| 2048 x 527 | numba |" in (tmp_path / "latency.md").read_text()
+    table = (tmp_path / "latency.md").read_text()
+    assert "| 2048 x 527 | numba |" in table and "## idle, loop" in table and "speed-up" in table
+
+
+@pytest.mark.slow
+def test_latency_benchmark_times_an_earlier_tree_beside_this_one(tmp_path):
+    # --before: the same cases from another source tree (here this one again), each child importing from its tree.
+    args = ["--quick", "--loads", "idle", "--paths", "numba", "--loops", "loop", "--sizes", "32x80"]
+    run_module("benchmarks.latency", *args, "--before", str(ROOT), tmp_path=tmp_path)
+    report = json.loads((tmp_path / "latency.json").read_text())
+    assert sorted(r["tree"] for r in report["records"]) == ["after", "after", "before", "before"]
+    assert "before: default mean" in (tmp_path / "latency.md").read_text()
 
 
 def test_ties_benchmark_writes_its_tables(tmp_path):

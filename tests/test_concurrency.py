@@ -22,6 +22,7 @@ from torch_lwlrap import multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap._ranking import get_engine, ranking_sums, use_engine
 
 numba = pytest.importorskip("numba")
+from tests.concurrency_child import AlwaysParallel  # noqa: E402
 from torch_lwlrap import _numba_runtime  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +93,7 @@ def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):
     preds, target = make_case(7, 3000, 61, ignore_index=-1)
     positive, known = target == 1, target != -1
     results = []
-    monkeypatch.setattr(_numba_runtime, "_idle_cores", lambda: 64)
+    monkeypatch.setattr(_numba_runtime, "_choice", AlwaysParallel())
     for min_scores in (10**12, 1):  # serial variant; parallel with every thread torch allows
         monkeypatch.setattr(_numba_runtime, "PARALLEL_MIN_SCORES_PER_THREAD", min_scores)
         with use_engine("numba"):
@@ -107,9 +108,8 @@ def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):
     assert multilabel_lwlrap(preds[rows], target[rows], ignore_index=-1).item() == pytest.approx(want, **TOL)
 
 
-def test_threads_for_never_exceeds_torch_threads_nor_the_idle_cores(monkeypatch):
+def test_threads_for_never_exceeds_torch_threads(monkeypatch):
     threads = torch.get_num_threads()
-    monkeypatch.setattr(_numba_runtime, "_idle_cores", lambda: 64)
     try:
         torch.set_num_threads(1)
         assert _numba_runtime.threads_for(1 << 40) == 1
@@ -119,19 +119,93 @@ def test_threads_for_never_exceeds_torch_threads_nor_the_idle_cores(monkeypatch)
         small = _numba_runtime.PARALLEL_MIN_SCORES_PER_THREAD * 2 - 1
         assert _numba_runtime.threads_for(small) == 1  # one thread's work: no parallel region
         assert _numba_runtime.threads_for(32 * 527) == 1
-        for idle in (1, 0, -7):  # every core busy: serial, whatever the size
-            monkeypatch.setattr(_numba_runtime, "_idle_cores", lambda: idle)
-            assert _numba_runtime.threads_for(1 << 40) == 1
     finally:
         torch.set_num_threads(threads)
 
 
-def test_idle_cores_reads_the_running_tasks(monkeypatch, tmp_path):
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    loadavg = tmp_path / "loadavg"
-    monkeypatch.setattr(_numba_runtime, "_LOADAVG", str(loadavg))
-    for running, want in ((1, cores), (cores + 3, -2)):  # the running count includes the calling thread
-        loadavg.write_text(f"0.50 0.40 0.30 {running}/321 4567\n")
-        assert _numba_runtime._idle_cores() == want
-    loadavg.unlink()
-    assert _numba_runtime._idle_cores() == cores  # no such file (not Linux): the cores are taken as free
+def test_run_sets_numba_threads_within_torch_threads(monkeypatch):
+    # Even when the choice asks for the parallel variant every time, numba runs on at most torch's threads.
+    monkeypatch.setattr(_numba_runtime, "_choice", AlwaysParallel())
+    monkeypatch.setattr(_numba_runtime, "PARALLEL_MIN_SCORES_PER_THREAD", 1)
+    preds, target = make_case(2, 300, 23)
+    threads = torch.get_num_threads()
+    try:
+        for allowed in (1, 2):
+            torch.set_num_threads(allowed)
+            want = naive_lwlrap(preds, target)
+            with use_engine("numba"):
+                assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, **TOL)
+            if allowed > 1:
+                assert numba.get_num_threads() == min(allowed, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        torch.set_num_threads(threads)
+
+
+class _Clock:
+    """A stand-in for the ``time`` module whose clock moves only when a fake kernel runs."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class _FakeVariant:
+    """A compiled variant as :func:`_numba_runtime.run` sees it: callable, with numba's ``overloads``."""
+
+    def __init__(self, clock, name, seconds, calls):
+        self.clock, self.name, self.seconds, self.calls, self.overloads = clock, name, seconds, calls, {"sig": 1}
+
+    def __call__(self):
+        self.clock.now += self.seconds[0]
+        self.calls.append(self.name)
+        return self.name
+
+
+def test_run_takes_the_variant_that_was_faster_and_follows_a_change(monkeypatch):
+    clock, calls = _Clock(), []
+    parallel = _FakeVariant(clock, "parallel", [1.0], calls)
+    serial = _FakeVariant(clock, "serial", [3.0], calls)
+    kernel = _numba_runtime.ParallelAndSerial(parallel, serial)
+    monkeypatch.setattr(_numba_runtime, "time", clock)
+    monkeypatch.setattr(_numba_runtime, "_choice", _numba_runtime.SpeedChoice(reprobe_min=4, reprobe_max=16))
+    monkeypatch.setattr(_numba_runtime, "_threads_started", lambda: True)
+    monkeypatch.setattr(numba, "set_num_threads", lambda n: None)  # the fake variants use no threads
+    scores = 1 << 40
+    for _ in range(12):
+        _numba_runtime.run(kernel, scores)
+    # Parallel first, then serial once; parallel wins, serial is tried again after 4 calls, then after 8.
+    assert calls == ["parallel", "serial"] + ["parallel"] * 3 + ["serial"] + ["parallel"] * 6
+    # The machine gets busy: parallel slows down. Once most of its timings kept (3) are slow, serial takes over.
+    parallel.seconds[0] = 10.0
+    del calls[:]
+    for _ in range(8):
+        _numba_runtime.run(kernel, scores)
+    assert calls == ["parallel", "serial", "parallel"] + ["serial"] * 5  # the 2nd: a try of serial
+    # Once most timings kept of the variant in use are worse than the other's, it switches without waiting for a try.
+    serial.seconds[0] = 20.0
+    del calls[:]
+    for _ in range(4):
+        _numba_runtime.run(kernel, scores)
+    assert calls == ["serial"] * 2 + ["parallel"] * 2
+    assert not _numba_runtime._parallel_lock.locked()
+
+
+def test_speed_choice_tries_the_slower_variant_less_and_less_often():
+    choice = _numba_runtime.SpeedChoice(reprobe_min=2, reprobe_max=8, kept=3)
+    picks = []
+    for _ in range(40):
+        parallel = choice.parallel_next("key")
+        picks.append(parallel)
+        choice.record("key", parallel, 5.0 if parallel else 1.0)  # serial is always faster (a busy machine)
+    tries = [at for at, parallel in enumerate(picks) if parallel]
+    # Parallel, serial, then serial wins: parallel is tried after 2 calls, then after 4, then every 8 (the most).
+    assert tries == [0, 3, 7, 15, 23, 31, 39]
+    # A try that wins is taken from then on (the machine got quiet: parallel is faster again).
+    choice = _numba_runtime.SpeedChoice(reprobe_min=4)
+    choice.record("k", True, 1.5)
+    choice.record("k", False, 2.0)
+    assert [choice.parallel_next("k") for _ in range(4)] == [True, True, True, False]  # the 4th: a try of serial
+    choice.record("k", False, 0.5)  # the median of serial's timings, 1.25, is now the lower
+    assert [choice.parallel_next("k") for _ in range(4)] == [False, False, False, True]

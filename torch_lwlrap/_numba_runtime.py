@@ -7,9 +7,12 @@ layer is not touched). :func:`run` takes the serial variant, and enters no paral
 
 * the pass is small: fewer than :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores (or items) per thread (waking threads
   costs more than it saves on small batches, and far more when other processes keep the cores busy); the threads
-  used are never more than ``torch.get_num_threads()``, nor than the cores no other task is running on at the time
-  of the call (:func:`_idle_cores`: with data-loader workers keeping every core busy, a batch of any size runs
-  serial);
+  used are never more than ``torch.get_num_threads()`` (:func:`threads_for`);
+* the serial variant has been the faster of the two on this kernel and size in this process (:class:`SpeedChoice`:
+  each call is timed, and the variant not in use is tried again now and then). Threads on busy cores make a
+  parallel region wait for its slowest thread (GNU OpenMP's threads spin while they wait: 2048 x 527 took 68 to 87 ms
+  per ``update`` on 2 busy cores with 2 threads, 12 ms with one), and host-wide counters cannot tell a busy core
+  from one that torch's own threads spin on for a moment after an operation: only the library's own calls can;
 * another Python thread is inside a parallel region of any kernel (a lock taken without waiting): numba's
   ``workqueue`` layer aborts the process on concurrent use, and the other layers gain nothing from sharing the
   cores;
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import types
 from typing import Callable, NamedTuple, Optional
 
@@ -38,7 +42,9 @@ except Exception:  # pragma: no cover - depends on the installation
     njit = None
     prange = range
 
-__all__ = ["numba", "prange", "parallel_and_serial", "run", "serial_kernel", "threads_for", "unavailable_reason"]
+__all__ = [
+    "SpeedChoice", "numba", "prange", "parallel_and_serial", "run", "serial_kernel", "threads_for", "unavailable_reason",
+]
 
 
 def unavailable_reason(device) -> Optional[str]:
@@ -89,8 +95,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def threads_for(scores: int) -> int:
-    """The threads a pass over ``scores`` scores uses: 1 (the serial variant) in a forked child or for small batches,
-    else up to ``torch.get_num_threads()``, one per :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores.
+    """The most threads a pass over ``scores`` scores may use: 1 (the serial variant only) in a forked child or for
+    small batches, else up to ``torch.get_num_threads()``, one per :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores.
+    :func:`run` then takes that many threads or the serial variant, whichever has been faster.
 
     Example:
         >>> threads_for(32 * 527)
@@ -99,29 +106,85 @@ def threads_for(scores: int) -> int:
     if _serial_only or numba is None:
         return 1
     limit = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, scores // PARALLEL_MIN_SCORES_PER_THREAD)
-    if limit < 2:
-        return 1
-    return max(1, min(limit, _idle_cores()))
+    return max(1, limit)
 
 
-#: Linux's load file: its fourth field is ``running/total`` tasks.
-_LOADAVG = "/proc/loadavg"
+class SpeedChoice:
+    """Which variant of a kernel runs next, from the timings of this process's own calls.
 
+    Calls are told apart by a key (the kernel, the thread count and the size class: the bit length of the number of
+    scores). For each key it keeps the last ``kept`` timings of each variant, in seconds per score, and takes the
+    variant whose median recent timing is lower (a median, not the best: on cores that other threads keep busy a
+    parallel region is now and then as fast as on idle ones, and mostly far slower); the other variant is tried once after ``reprobe_min`` calls, then
+    after twice as many each time it loses again (up to ``reprobe_max``), and again after ``reprobe_min`` once it
+    wins. A machine that gets busy (or idle) is followed within a few calls of the variant in use, or at the next try
+    of the other one.
 
-def _idle_cores() -> int:
-    """Cores this process may use that no other task is running on right now: the running count of
-    ``/proc/loadavg`` (which includes the calling thread) taken from the cores of ``os.sched_getaffinity``.
-
-    A parallel region on cores other processes keep busy waits for its slowest thread, and GNU OpenMP's threads spin
-    while they wait: 2048 x 527 took 68 to 87 ms per ``update`` on 2 busy cores with 2 threads, 12 ms with one.
+    Example:
+        >>> choice = SpeedChoice(reprobe_min=2)
+        >>> choice.parallel_next("k"), choice.record("k", True, 1.0)  # untimed: parallel first
+        (True, None)
+        >>> choice.parallel_next("k"), choice.record("k", False, 3.0)  # then serial
+        (False, None)
+        >>> [choice.parallel_next("k") for _ in range(3)]  # parallel was faster; serial is tried again every 2 calls
+        [True, False, True]
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        with open(_LOADAVG, "rb") as loadavg:
-            running = int(loadavg.read().split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):  # not Linux: assume the cores are free
-        return cores
-    return cores - running + 1
+
+    def __init__(self, reprobe_min: int = 8, reprobe_max: int = 256, kept: int = 3):
+        self.reprobe_min, self.reprobe_max, self.kept = reprobe_min, reprobe_max, kept
+        self._lock = threading.Lock()
+        self._keys: dict = {}
+
+    def parallel_next(self, key) -> bool:
+        """Whether the next call of ``key`` should run the parallel variant."""
+        with self._lock:
+            state = self._keys.get(key)
+            if state is None:
+                state = self._keys[key] = _KeyTimings(self.reprobe_min)
+            if not state.parallel or not state.serial:
+                return not state.parallel  # each variant is timed once first, parallel first
+            faster = _median(state.parallel) <= _median(state.serial)
+            state.countdown -= 1
+            if state.countdown > 0:
+                return faster
+            state.countdown, state.trying = state.interval, not faster
+            return not faster
+
+    def record(self, key, parallel: bool, seconds: float) -> None:
+        """Keep the timing of a call of ``key`` (seconds per score) that ran the ``parallel`` or serial variant."""
+        with self._lock:
+            state = self._keys.get(key)
+            if state is None:
+                state = self._keys[key] = _KeyTimings(self.reprobe_min)
+            mine, other = (state.parallel, state.serial) if parallel else (state.serial, state.parallel)
+            mine.append(seconds)
+            del mine[: -self.kept]
+            if state.trying is parallel:  # the result of a try of the variant not in use
+                won = _median(mine) <= _median(other)
+                state.interval = self.reprobe_min if won else min(2 * state.interval, self.reprobe_max)
+                state.countdown, state.trying = state.interval, None
+
+
+def _median(timings: list) -> float:
+    ordered = sorted(timings)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+class _KeyTimings:
+    """What :class:`SpeedChoice` keeps per key."""
+
+    __slots__ = ("parallel", "serial", "countdown", "interval", "trying")
+
+    def __init__(self, interval: int):
+        self.parallel: list = []  # the last timings of each variant, seconds per score
+        self.serial: list = []
+        self.countdown = self.interval = interval  # calls until the next try of the other variant; between tries
+        self.trying = None  # the variant being tried (True: parallel), until its timing comes back
+
+
+#: The choice every :func:`run` call consults (tests replace it to force a variant).
+_choice = SpeedChoice()
 
 
 class ParallelAndSerial(NamedTuple):
@@ -155,14 +218,24 @@ def serial_kernel(func: Callable = None, **options):
 
 def run(kernel: ParallelAndSerial, scores: int, *args):
     """Run a kernel compiled with :func:`parallel_and_serial` on a pass over ``scores`` scores (or items): the
-    parallel variant on :func:`threads_for` threads where that is more than one and no other thread is in a
-    parallel region, else the serial variant."""
+    parallel variant on :func:`threads_for` threads where that is more than one, it has been the faster variant
+    here (:class:`SpeedChoice`) and no other thread is in a parallel region, else the serial variant."""
     threads = threads_for(scores)
-    if threads > 1 and _parallel_lock.acquire(blocking=False):
-        try:
-            if numba.get_num_threads() != threads:  # per Python thread in numba
-                numba.set_num_threads(threads)
-            return kernel.parallel(*args)
-        finally:
+    if threads < 2:
+        return kernel.serial(*args)
+    key = (id(kernel), threads, scores.bit_length())
+    parallel = _choice.parallel_next(key) and _parallel_lock.acquire(blocking=False)
+    variant = kernel.parallel if parallel else kernel.serial
+    # A call that compiles (or loads from numba's cache) or starts numba's threads is not timed.
+    untimed = len(variant.overloads), parallel and not _threads_started()
+    start = time.perf_counter()
+    try:
+        if parallel and numba.get_num_threads() != threads:  # per Python thread in numba
+            numba.set_num_threads(threads)
+        return variant(*args)
+    finally:
+        seconds = time.perf_counter() - start
+        if parallel:
             _parallel_lock.release()
-    return kernel.serial(*args)
+        if (len(variant.overloads), False) == untimed:
+            _choice.record(key, parallel, seconds / scores)
