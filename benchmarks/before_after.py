@@ -30,9 +30,8 @@ _CHILD = r"""
 import json, statistics, sys, time
 import torch
 import torch_lwlrap
-case, calls = sys.argv[1], int(sys.argv[2])
+case, calls, n, c = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 g = torch.Generator().manual_seed(0)
-n, c = 20000, 527
 preds = torch.randn(n, c, generator=g)
 target = torch.zeros(n, c, dtype=torch.bool)
 counts = torch.randint(1, 4, (n,), generator=g)
@@ -59,10 +58,10 @@ print(json.dumps({"median_ms": 1000 * statistics.median(times), "source": torch_
 """
 
 
-def _time(source: Path, case: str, calls: int) -> float:
+def _time(source: Path, case: str, calls: int, size=(20000, 527)) -> float:
     env = dict(os.environ, PYTHONPATH=str(source))
-    done = subprocess.run([sys.executable, "-c", _CHILD, case, str(calls)], env=env, cwd=source, capture_output=True,
-                          text=True, check=True)
+    command = [sys.executable, "-c", _CHILD, case, str(calls), *map(str, size)]
+    done = subprocess.run(command, env=env, cwd=source, capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if not result["source"].startswith(str(source)):
         raise RuntimeError(f"the child imported {result['source']}, not the tree under {source}")
@@ -76,17 +75,20 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=15)
     parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
+    parser.add_argument("--size", default="20000x527", help="NxC of the batch (the default is the issue's size)")
     parser.add_argument("--out", type=Path, default=SCRATCH_DIR)
     args = parser.parse_args(argv)
+    size = tuple(int(v) for v in args.size.lower().split("x"))
     before, after = args.before.resolve(), args.after.resolve()
     results = {case: {"before": [], "after": []} for case in args.cases}
     for round_ in range(args.rounds):
         for case in args.cases:
             order = (("before", before), ("after", after)) if round_ % 2 == 0 else (("after", after), ("before", before))
             for name, source in order:
-                results[case][name].append(_time(source, case, args.calls))
+                results[case][name].append(_time(source, case, args.calls, size))
         print(f"round {round_ + 1} of {args.rounds} done", flush=True)
-    lines = ["| case (20,000 x 527) | before ms | after ms | after / before |", "| --- | ---: | ---: | ---: |"]
+    lines = [f"| case ({size[0]:,} x {size[1]:,}) | before ms | after ms | after / before |"]
+    lines.append("| --- | ---: | ---: | ---: |")
     table = {}
     for case, runs in results.items():
         b, a = statistics.median(runs["before"]), statistics.median(runs["after"])
@@ -96,7 +98,7 @@ def main(argv=None) -> None:
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine_metadata(["cpu"]), "before": str(before), "after": str(after), "rounds": args.rounds,
-              "calls": args.calls, "cases": table}
+              "calls": args.calls, "size": list(size), "cases": table}
     (args.out / "before_after.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "before_after.md").write_text(text + "\n")
 

@@ -145,6 +145,19 @@ def test_latency_benchmark_times_an_earlier_tree_beside_this_one(tmp_path):
     assert "before: default mean" in (tmp_path / "latency.md").read_text()
 
 
+@pytest.mark.slow
+def test_before_after_times_two_trees_side_by_side(tmp_path):
+    # A smoke run (no time asserted): each case from both trees (here this one twice), each child importing its own.
+    run_module("benchmarks.before_after", "--before", str(ROOT), "--after", str(ROOT), "--rounds", "1", "--calls", "2",
+               "--size", "300x20", tmp_path=tmp_path)
+    report = json.loads((tmp_path / "before_after.json").read_text())
+    assert report["size"] == [300, 20]
+    assert set(report["cases"]) == {"lwlrap", "expected", "bootstrap", "ranking_collection"}
+    for case in report["cases"].values():
+        assert case["before_ms"] > 0 and case["after_ms"] > 0 and len(case["runs"]["before"]) == 1
+    assert "| case (300 x 20) |" in (tmp_path / "before_after.md").read_text()
+
+
 def test_ties_benchmark_writes_its_tables(tmp_path):
     # A smoke run (no time asserted): every case and entry is timed, and the tied share is the report's.
     run_module("benchmarks.ties", "--samples", "60", "--classes", "12", "--repeats", "2", tmp_path=tmp_path)
