@@ -172,21 +172,22 @@ def assert_same(actual, expected, what):
 @pytest.fixture(scope="module")
 def rank_results(tmp_path_factory):
     """Spawn the two ranks once and load what each wrote."""
-    out_dir = tmp_path_factory.mktemp("distributed")
+    return run_ranks(_worker, tmp_path_factory.mktemp("distributed"))
+
+
+def run_ranks(worker, out_dir, world_size: int = WORLD_SIZE, timeout_s: float = TIMEOUT_S):
+    """Spawn ``worker(rank, init_file, out_dir)`` on ``world_size`` gloo ranks and load what each wrote to
+    ``out_dir/rank<r>.pt``; fail (killing the ranks) after ``timeout_s``."""
     context = mp.start_processes(
-        _worker,
-        args=(str(out_dir / "init"), str(out_dir)),
-        nprocs=WORLD_SIZE,
-        join=False,
-        start_method="spawn",
+        worker, args=(str(out_dir / "init"), str(out_dir)), nprocs=world_size, join=False, start_method="spawn"
     )
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while not context.join(timeout=1):
         if time.monotonic() > deadline:
             for process in context.processes:
                 process.kill()
-            pytest.fail(f"the two ranks did not finish within {TIMEOUT_S} s")
-    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(WORLD_SIZE)]
+            pytest.fail(f"the {world_size} ranks did not finish within {timeout_s} s")
+    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
 
 
 @pytest.mark.parametrize("scenario", list(SHARDS))

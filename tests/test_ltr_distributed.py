@@ -5,15 +5,14 @@ between a student's and a teacher's logits."""
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.test_distributed import run_ranks
 from tests.test_ltr_metrics import naive_distance, naive_ndcg, scipy_mean
 from torch_lwlrap import (
     MultilabelKendallDistanceAtK,
@@ -78,16 +77,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 def test_two_ranks_compute_the_value_over_all_shards(tmp_path):
-    context = mp.start_processes(
-        _worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD_SIZE, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"the two ranks did not finish within {TIMEOUT_S} s")
-    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(WORLD_SIZE)]
+    ranks = run_ranks(_worker, tmp_path, WORLD_SIZE, TIMEOUT_S)
     batches = make_batches()
     a = torch.cat([b[0] for b in batches])
     b = torch.cat([b[1] for b in batches])

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.reference_ranking import all_orders
+from tests.test_checkpoints import _Recorder  # counts aten operations and the largest tensor made
 from torch_lwlrap import (
     MultilabelKendallDistanceAtK,
     MultilabelNDCG,
@@ -289,20 +290,6 @@ def test_ndcg_takes_extra_dimensions_as_samples():
 
 # ---------------------------------------------------------------------------------------------------------------
 # k beyond the labels
-
-
-class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops, self.largest = 0, 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.ops += 1
-        for value in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(value, torch.Tensor):
-                self.largest = max(self.largest, value.numel())
-        return out
 
 
 def _cost(call):

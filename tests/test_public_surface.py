@@ -212,3 +212,13 @@ def test_triton_forced_on_cpu_tensors_warns_once_naming_the_path_used(monkeypatc
     all_preds = torch.cat([p.detach() for p, _ in batches])
     all_target = torch.cat([t for _, t in batches])
     assert metric.compute().item() == pytest.approx(naive_lwlrap(all_preds, all_target), rel=1e-12)
+
+
+def test_the_packages_export_what_the_top_level_loads_from_them():
+    import torch_lwlrap.functional
+    import torch_lwlrap.metrics
+
+    for package in (torch_lwlrap.functional, torch_lwlrap.metrics):
+        assert set(package.__all__) == set(torch_lwlrap._HOMES[package.__name__]), package.__name__
+        for name in package.__all__:
+            assert getattr(torch_lwlrap, name) is getattr(package, name)

@@ -40,40 +40,6 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Comparison",
-    "Interval",
-    "EngineFallbackWarning",
-    "MultilabelCoverageError",
-    "MultilabelKendallDistanceAtK",
-    "MultilabelLRAP",
-    "MultilabelLWLRAP",
-    "MultilabelNDCG",
-    "MultilabelOneError",
-    "MultilabelRankCorrelation",
-    "MultilabelRankingLoss",
-    "MultilabelRankingMetrics",
-    "MultilabelRetrievalAtK",
-    "MultilabelTieReport",
-    "TieReport",
-    "__version__",
-    "compare_lwlrap",
-    "get_engine",
-    "multilabel_coverage_error",
-    "multilabel_kendall_distance_at_k",
-    "multilabel_lrap",
-    "multilabel_lrap_ci",
-    "multilabel_lwlrap",
-    "multilabel_lwlrap_ci",
-    "multilabel_lwlrap_per_class",
-    "multilabel_ndcg",
-    "multilabel_one_error",
-    "multilabel_rank_correlation",
-    "multilabel_ranking_loss",
-    "multilabel_retrieval_at_k",
-    "tie_report",
-    "use_engine",
-]
 
 #: Where each public name lives: the functions, the metric classes and the engine setting.
 _HOMES = {
@@ -92,6 +58,8 @@ _HOMES = {
     ),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = sorted([*_HOME, "__version__"])
 
 
 def __getattr__(name: str) -> Any:

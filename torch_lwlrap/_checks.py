@@ -15,7 +15,7 @@ from torch import Tensor
 
 from torch_lwlrap import _dispatch, _engine_config
 from torch_lwlrap._kernel_contract import KERNEL_TIES, SCORE_DTYPES, check_kernel_args  # noqa: F401 - re-exported
-from torch_lwlrap._options import EMPTY_TARGET
+from torch_lwlrap._options import CORRELATIONS, EMPTY_TARGET, GAINS
 from torch_lwlrap._tie_rules import TIES
 
 AVERAGES = ("weighted", "macro", "none")
@@ -25,16 +25,27 @@ AVERAGES = ("weighted", "macro", "none")
 _SAMPLE_BYTES = 64
 
 
+def check_choice(name: str, value: str, choices: Tuple[str, ...]) -> str:
+    """``value`` when it is one of ``choices``; else the error naming argument ``name`` and the choices."""
+    if value not in choices:
+        raise ValueError(f"Argument `{name}` must be one of {choices}, but got {value!r}.")
+    return value
+
+
 def check_empty_target(empty_target: str) -> str:
-    if empty_target not in EMPTY_TARGET:
-        raise ValueError(f"Argument `empty_target` must be one of {EMPTY_TARGET}, but got {empty_target!r}.")
-    return empty_target
+    return check_choice("empty_target", empty_target, EMPTY_TARGET)
 
 
 def check_ties(ties: str) -> str:
-    if ties not in TIES:
-        raise ValueError(f"Argument `ties` must be one of {TIES}, but got {ties!r}.")
-    return ties
+    return check_choice("ties", ties, TIES)
+
+
+def check_gain(gain: str) -> str:
+    return check_choice("gain", gain, GAINS)
+
+
+def check_method(method: str) -> str:
+    return check_choice("method", method, CORRELATIONS)
 
 
 def check_average(average: Optional[str]) -> str:
@@ -127,29 +138,20 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
         )
     if target.is_complex():
         raise TypeError(f"Argument `target` must be a bool, integer or float tensor, but got dtype {target.dtype}.")
-    if preds.ndim < 2:
+    _check_layout("preds", preds)
+    _check_same(("preds", "target"), preds, target, num_labels)
+
+
+def _check_layout(name: str, value: Tensor) -> None:
+    """``(N, C, ...)`` with at least one class: every metric here ranks the classes of each sample."""
+    if value.ndim < 2:
         raise ValueError(
-            f"Argument `preds` must have at least 2 dimensions (N, C, ...), but got shape {tuple(preds.shape)}."
+            f"Argument `{name}` must have at least 2 dimensions (N, C, ...), but got shape {tuple(value.shape)}."
         )
-    if preds.shape[1] == 0:
+    if value.shape[1] == 0:
         raise ValueError(
-            f"Argument `preds` must have at least one class (dimension 1 of (N, C, ...)), but got shape "
-            f"{tuple(preds.shape)}: lwlrap and LRAP rank the classes of each sample."
-        )
-    if preds.shape != target.shape:
-        raise ValueError(
-            f"Arguments `preds` and `target` must have the same shape, but got {tuple(preds.shape)} for `preds` "
-            f"and {tuple(target.shape)} for `target`."
-        )
-    if preds.device != target.device:
-        raise ValueError(
-            f"Arguments `preds` and `target` must be on the same device, but got {preds.device} for `preds` "
-            f"and {target.device} for `target`."
-        )
-    if num_labels is not None and preds.shape[1] != num_labels:
-        raise ValueError(
-            f"Expected {num_labels} labels (`num_labels`) in dimension 1 of `preds`, but got shape "
-            f"{tuple(preds.shape)}."
+            f"Argument `{name}` must have at least one class (dimension 1 of (N, C, ...)), but got shape "
+            f"{tuple(value.shape)}: every metric here ranks the classes of each sample."
         )
 
 
@@ -427,15 +429,7 @@ def _check_scores(name: str, value, what: str) -> None:
             f"Argument `{name}` must be a floating point tensor of {what} (float16, bfloat16, float32 or float64), "
             f"but got dtype {value.dtype}. Rankings are read from the raw scores: convert them with `.float()`."
         )
-    if value.ndim < 2:
-        raise ValueError(
-            f"Argument `{name}` must have at least 2 dimensions (N, C, ...), but got shape {tuple(value.shape)}."
-        )
-    if value.shape[1] == 0:
-        raise ValueError(
-            f"Argument `{name}` must have at least one label (dimension 1 of (N, C, ...)), but got shape "
-            f"{tuple(value.shape)}."
-        )
+    _check_layout(name, value)
 
 
 def _check_same(names: Tuple[str, str], first: Tensor, second: Tensor, num_labels: Optional[int]) -> None:

@@ -18,6 +18,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap._options import GAINS
+
 __all__ = [
     "GAINS",
     "average_ranks",
@@ -30,7 +32,6 @@ __all__ = [
     "top_k_mask",
 ]
 
-GAINS = ("exponential", "linear")
 
 
 def _group_bounds(sorted_rows: Tensor) -> Tuple[Tensor, Tensor]:

@@ -9,3 +9,9 @@ ENGINES = ("auto", "sort", "count", "numba", "triton")
 #: What a sample without a positive label (or, for NDCG, whose ideal DCG is 0) adds to the retrieval metrics:
 #: a score of 0, or nothing (left out of the mean).
 EMPTY_TARGET = ("zero", "skip")
+
+#: The gain functions of graded NDCG: ``2**rel - 1`` (the learning-to-rank write-up) or ``rel`` (scikit-learn).
+GAINS = ("exponential", "linear")
+
+#: The rank correlations per sample.
+CORRELATIONS = ("spearman", "kendall")

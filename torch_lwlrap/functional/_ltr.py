@@ -19,35 +19,19 @@ from torch_lwlrap import _dispatch, _ltr_numba, _ltr_torch
 from torch_lwlrap._engine_config import forced_chunk_elements
 from torch_lwlrap._checks import (
     check_empty_target,
-    check_ties,
+    check_gain,
     check_graded,
     check_graded_ignore_index,
     check_k,
+    check_method,
     check_pair,
+    check_ties,
     flat_rows,
     flat_weights,
     row_chunks,
 )
 
 __all__ = ["multilabel_ndcg", "multilabel_rank_correlation", "multilabel_kendall_distance_at_k"]
-
-#: Gain functions of :func:`multilabel_ndcg`.
-GAINS = _ltr_torch.GAINS
-
-#: Rank correlations of :func:`multilabel_rank_correlation`.
-CORRELATIONS = ("spearman", "kendall")
-
-def check_gain(gain: str) -> str:
-    if gain not in GAINS:
-        raise ValueError(f"Argument `gain` must be one of {GAINS}, but got {gain!r}.")
-    return gain
-
-
-def check_method(method: str) -> str:
-    if method not in CORRELATIONS:
-        raise ValueError(f"Argument `method` must be one of {CORRELATIONS}, but got {method!r}.")
-    return method
-
 
 def _compiled(rows: Tensor) -> bool:
     return _dispatch.compiled_cpu_pass("rank_agreement", rows.device, rows.dtype)

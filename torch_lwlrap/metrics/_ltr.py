@@ -13,8 +13,17 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from torch_lwlrap._checks import check_num_labels, check_ties
-from torch_lwlrap._checks import check_empty_target, check_graded, check_graded_ignore_index, check_k, check_pair
+from torch_lwlrap._checks import (
+    check_empty_target,
+    check_gain,
+    check_graded,
+    check_graded_ignore_index,
+    check_k,
+    check_method,
+    check_num_labels,
+    check_pair,
+    check_ties,
+)
 from torch_lwlrap.metrics._base import (
     TaggedMetric,
     _check_device,
@@ -22,17 +31,13 @@ from torch_lwlrap.metrics._base import (
     choice_option,
     int_option,
 )
-from torch_lwlrap._options import TIES
+from torch_lwlrap._options import CORRELATIONS, GAINS, TIES
 from torch_lwlrap.functional._ltr import (
-    CORRELATIONS,
-    GAINS,
     _correlation_update,
     _distance_update,
     _ndcg_compute,
     _ndcg_update,
     _ratio,
-    check_gain,
-    check_method,
 )
 
 __all__ = ["MultilabelNDCG", "MultilabelRankCorrelation", "MultilabelKendallDistanceAtK"]
