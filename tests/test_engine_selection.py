@@ -41,13 +41,15 @@ def _spy_paths(monkeypatch):
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(_ranking, name, spy)
-    original_numba = _numba_kernel.ranking_sums_numba
+    # The numba path ranks a batch with its passes, or a small batch in one call: either is "numba".
+    for name in ("ranking_sums_numba", "small_batch_sums"):
+        original = getattr(_numba_kernel, name)
 
-    def numba_spy(*args, **kwargs):
-        calls.append("numba")
-        return original_numba(*args, **kwargs)
+        def numba_spy(*args, _original=original, **kwargs):
+            calls.append("numba")
+            return _original(*args, **kwargs)
 
-    monkeypatch.setattr(_numba_kernel, "ranking_sums_numba", numba_spy)
+        monkeypatch.setattr(_numba_kernel, name, numba_spy)
     return calls
 
 

@@ -169,13 +169,15 @@ def test_adds_to_class_sums_and_overwrites_sample_sums():
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_public_functions_and_auto_engine(ties, monkeypatch):
     calls = []
-    original = kernel.ranking_sums_numba
+    # The numba path ranks with its chunked passes or, for a batch it would rank on one thread, in one call.
+    for name in ("ranking_sums_numba", "small_batch_sums"):
+        original = getattr(kernel, name)
 
-    def counting(*args, **kwargs):
-        calls.append(args[0].shape)
-        return original(*args, **kwargs)
+        def counting(*args, _original=original, **kwargs):
+            calls.append(args[0].shape)
+            return _original(*args, **kwargs)
 
-    monkeypatch.setattr(kernel, "ranking_sums_numba", counting)
+        monkeypatch.setattr(kernel, name, counting)
     preds, target = make_case(61, 20, 5, ignore_index=-1)
     for engine in ("auto", "numba"):
         calls.clear()
@@ -289,8 +291,10 @@ def test_targets_the_compiled_helpers_leave_to_torch():
 @needs_numba
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.uint8], ids=str)
 def test_public_functions_decode_targets_compiled(dtype, monkeypatch):
-    """The numba path checks and decodes the target with its helpers (no torch comparison), with the same result;
-    a bad value is still rejected with the values found."""
+    """The numba path's chunked passes check and decode the target with its helpers (no torch comparison), with
+    the same result; a bad value is still rejected with the values found. (A batch the runner would rank on one
+    thread is checked and decoded inside its one-call pass, ``tests/test_small_batch.py``: a forced chunk size
+    takes the passes.)"""
     calls = []
     for name in ("target_is_bad", "target_masks"):
         original = getattr(kernel, name)
@@ -299,10 +303,11 @@ def test_public_functions_decode_targets_compiled(dtype, monkeypatch):
     target = target.to(dtype)
     ignore_index = 255 if dtype == torch.uint8 else -1
     target[::7, 3] = ignore_index
-    with use_engine("auto"):
+    with use_engine("auto", chunk_elements=10**6):
         got = multilabel_lwlrap(preds, target, ignore_index=ignore_index)
         got_lrap = multilabel_lrap(preds, target, ignore_index=ignore_index)
     assert calls == ["target_is_bad", "target_masks"] * 2
+    assert got.item() == multilabel_lwlrap(preds, target, ignore_index=ignore_index).item()  # the one-call pass
     with use_engine("sort"):  # torch's comparisons
         assert got == pytest.approx(multilabel_lwlrap(preds, target, ignore_index=ignore_index).item(), abs=1e-12)
         assert got_lrap == pytest.approx(multilabel_lrap(preds, target, ignore_index=ignore_index).item(), abs=1e-12)
@@ -310,5 +315,6 @@ def test_public_functions_decode_targets_compiled(dtype, monkeypatch):
     assert got == pytest.approx(naive_lwlrap(preds, target, ignore_index=ignore_index), abs=1e-12)
     target[4, 5] = 2
     message = r"`target` must contain only 0, 1 and ignore_index=-?\d+, but found the values \[2(\.0)?\]"
-    with use_engine("auto"), pytest.raises(ValueError, match=message):
-        multilabel_lwlrap(preds, target, ignore_index=ignore_index)
+    for chunk_elements in (None, 10**6):
+        with use_engine("auto", chunk_elements), pytest.raises(ValueError, match=message):
+            multilabel_lwlrap(preds, target, ignore_index=ignore_index)

@@ -307,12 +307,43 @@ def check_batch(
     (:func:`values_only`): every public entry checks its batch here, so scores that carry
     gradients are accepted everywhere and never reach autograd. On the numba path its compiled helpers check the
     target, and with ``nan_later`` NaN scores are left to its ranking pass (``ranking_sums(check_nan=True)``).
+
+    It is :func:`check_batch_structure` then :func:`check_batch_values`: a caller whose compiled pass checks the
+    values itself (:func:`torch_lwlrap._ranking.small_batch_sums`) calls the first, and the second only when that
+    pass hands the batch back.
     """
+    gated = check_batch_structure(preds, target, num_labels, sample_weight)
+    check_batch_values(*gated, ignore_index, validate_args, nan_later=nan_later)
+    return gated
+
+
+def check_batch_structure(
+    preds: Tensor, target: Tensor, num_labels: Optional[int], sample_weight: Optional[Tensor] = None
+) -> Tuple[bool, Tensor, Tensor, Optional[Tensor]]:
+    """The gate's checks that need no look at the values (types, shapes, devices): ``(numba path, preds, target,
+    sample_weight)`` as :func:`check_batch` returns them."""
     preds, target, sample_weight = values_only(preds), values_only(target), values_only(sample_weight)
-    numba_path = isinstance(preds, Tensor) and _dispatch.ranking_backend(preds.device, preds.dtype) == "numba"
-    check_scores = not (nan_later and numba_path)
-    check_inputs(preds, target, num_labels, ignore_index, validate_args, sample_weight, check_scores, numba_path)
+    _check_tensor_args(preds, target, num_labels)
+    if sample_weight is not None:
+        _check_sample_weight_args(sample_weight, preds)
+    numba_path = _dispatch.ranking_backend(preds.device, preds.dtype) == "numba"
     return numba_path, preds, target, sample_weight
+
+
+def check_batch_values(
+    numba_path: bool,
+    preds: Tensor,
+    target: Tensor,
+    sample_weight: Optional[Tensor],
+    ignore_index: Optional[int],
+    validate_args: bool,
+    *,
+    nan_later: bool = False,
+) -> None:
+    """The gate's value checks of a batch that passed :func:`check_batch_structure` (with ``validate_args``: one
+    host-device sync)."""
+    if validate_args:
+        _check_values(preds, target, ignore_index, sample_weight, not (nan_later and numba_path), numba_path)
 
 
 def chunk_samples(

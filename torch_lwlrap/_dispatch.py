@@ -108,6 +108,17 @@ def ranking_kernel(name: str) -> Callable:
     return _triton_kernel.ranking_sums_triton
 
 
+def small_batch_kernel(preds, target, ties: str, backend: Optional[str]) -> Optional[Callable]:
+    """The numba backend's one-call pass for a small batch (:func:`torch_lwlrap._numba_kernel.small_batch_sums`:
+    value checks, masks and ranks together) when it ranks this one: ``backend`` (what :func:`ranking_backend` gave
+    for ``preds``) is numba, the pass takes the batch's shapes, dtypes and tie rule, and no chunk size is forced
+    (:func:`~torch_lwlrap._engine_config.use_engine` forces the chunked passes). None: the passes of
+    :func:`ranking_kernel`."""
+    if backend != "numba" or forced_chunk_elements() is not None:
+        return None
+    return _numba_kernel.small_batch_sums if _numba_kernel.takes_small_batch(preds, target, ties) else None
+
+
 def target_helpers(target):
     """The numba backend's target checks and masks (:mod:`torch_lwlrap._numba_kernel`) for a batch the numba path
     ranks, when they take ``target`` (a 2-D CPU target of a dtype numba reads); None: torch's comparisons."""

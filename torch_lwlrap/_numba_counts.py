@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap._engine_config import chunk_elements
-from torch_lwlrap._numba_kernel import BLOCK_ROWS, sort_min_positives
+from torch_lwlrap._numba_kernel import BLOCK_ROWS, add_block_sums, aligned_words, sort_min_positives
 from torch_lwlrap import _numba_kernel
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 from torch_lwlrap._types import LabelCounts
@@ -126,8 +126,7 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
                   max_positives, defer_untied):
     num_samples, num_classes = preds.shape
     sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
-    head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
-    positive_words = positive_bytes[head : head + (positive_bytes.size - head) // 8 * 8].view(np.uint64)
+    head, positive_words = aligned_words(positive_bytes)
     native = preds.dtype in (torch.float32, torch.float64)
     rows_per_chunk = max(1, chunk_elements("NUMBA_CONVERSION_CHUNK_ELEMENTS") // max(num_classes, 1))
     start = 0
@@ -162,10 +161,13 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
         if defer_untied:
             total = _compact_written(block_offsets, written, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields])
             rows, cols, fields = rows[:total], cols[:total], [f[:total] for f in fields]
+            class_total = torch.zeros(num_classes, dtype=torch.float64)
+            count_total = torch.zeros(num_classes, dtype=torch.int64)
+            add_block_sums(class_sums, class_counts, class_total.numpy(), count_total.numpy())
             untied = UntiedSums(
                 start,
-                torch.from_numpy(class_sums).sum(0),
-                torch.from_numpy(class_counts).sum(0),
+                class_total,
+                count_total,
                 torch.from_numpy(sample_sums),
                 torch.from_numpy(np.diff(block_offsets)),
             )

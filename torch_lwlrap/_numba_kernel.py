@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torch_lwlrap._kernel_contract import SCORE_DTYPES, check_kernel_args
+from torch_lwlrap._kernel_contract import KERNEL_TIES, SCORE_DTYPES, check_kernel_args
 from torch_lwlrap import _engine_config, _numba_runtime
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 
@@ -228,8 +228,7 @@ def ranking_sums_numba(
         knowns = dummy_known if known is None else known[start:stop].contiguous().numpy().view(np.uint8)
         # The targets as bytes, and the 8-byte words inside them: rows are scanned a word at a time.
         positive_bytes = positives.numpy().view(np.uint8).reshape(-1)
-        head = min(-positive_bytes.ctypes.data % 8, positive_bytes.size)
-        positive_words = positive_bytes[head : head + (positive_bytes.size - head) // 8 * 8].view(np.uint64)
+        head, positive_words = aligned_words(positive_bytes)
         blocks = -(-(stop - start) // block_rows)
         class_sums = np.zeros((blocks, num_classes), dtype=np.float64)
         class_counts = np.zeros((blocks, num_classes), dtype=np.int64)
@@ -255,12 +254,105 @@ def ranking_sums_numba(
             nan_flags,
         )
         nan_found = nan_found or bool(nan_flags.any())
-        class_precision_sum.add_(torch.from_numpy(class_sums).sum(0))
-        class_label_count.add_(torch.from_numpy(class_counts).sum(0))
+        add_block_sums(class_sums, class_counts, class_precision_sum.numpy(), class_label_count.numpy())
     return nan_found
 
 
+
+def aligned_words(array: np.ndarray):
+    """``(head, words)``: the 8-byte words inside a C-contiguous array's buffer, from its first 8-byte aligned byte
+    ``head`` on (the compiled passes scan sparse labels a word at a time)."""
+    flat = array.reshape(-1).view(np.uint8)
+    head = min(-flat.ctypes.data % 8, flat.size)
+    return head, flat[head : head + (flat.size - head) // 8 * 8].view(np.uint64)
+
+
+def add_block_sums(block_sums, block_counts, class_sums, class_counts) -> None:
+    """Add the per-block workspaces ``(blocks, C)`` of a pass to the ``(C,)`` arrays ``class_sums`` and
+    ``class_counts``: each class's blocks summed in block order, then added (the result does not depend on the
+    number of threads). Compiled and serial: a torch reduction right after a parallel region would wait for cores
+    that numba's threads still spin on (3 ms instead of 0.01 at 20,000 x 527 on 2 cores)."""
+    _add_block_sums(block_sums, block_counts, class_sums, class_counts)
+
+
+#: ``small_batch_sums``'s status codes: the batch was ranked; a target value is not 0, 1 or ``ignore``; a score is NaN.
+SMALL_OK, SMALL_BAD_TARGET, SMALL_NAN = 0, 1, 2
+
+
+def takes_small_batch(preds: Tensor, target: Tensor, ties: str) -> bool:
+    """Whether :func:`small_batch_sums` takes this batch (on the CPU, where the numba path ranks it): a batch the
+    runner would rank on one thread anyway (:func:`~torch_lwlrap._numba_runtime.threads_for`: fewer than twice
+    :data:`~torch_lwlrap._numba_runtime.PARALLEL_MIN_SCORES_PER_THREAD` scores, or one thread), a 2-D contiguous
+    float32 or float64 ``preds``, a contiguous target of bool or :data:`TARGET_DTYPES`, and a tie rule the kernel
+    applies itself."""
+    return (
+        ties in KERNEL_TIES
+        and preds.ndim == 2
+        and preds.numel() > 0
+        and _numba_runtime.threads_for(preds.numel()) < 2
+        and preds.dtype in (torch.float32, torch.float64)
+        and (target.dtype == torch.bool or target.dtype in TARGET_DTYPES)
+        and preds.is_contiguous()
+        and target.is_contiguous()
+    )
+
+
+def small_batch_sums(preds: Tensor, target: Tensor, ignore, validate: bool, ties: str):
+    """A batch ranked in one serial compiled call: target values checked, NaN scores found, positives found and
+    ranks counted in one pass over each row (training loops call ``update`` every step on batches of 32 to 2048
+    rows: three compiled calls and their conversions cost more than the ranking itself there). The sums are those of
+    :func:`ranking_sums_numba` to the bit: the class sums are added up per block of :data:`BLOCK_ROWS` rows, then
+    block after block.
+
+    ``preds`` is a contiguous float32 or float64 ``(N, C)`` CPU tensor and ``target`` a contiguous ``(N, C)`` CPU
+    tensor of bool or :data:`TARGET_DTYPES`; ``ignore`` is ``ignore_index`` in the target's dtype, or None. With
+    ``validate``, a target value other than 0, 1 and ``ignore`` and a NaN score stop the pass; without, other
+    values are negatives, as on every path.
+
+    Returns:
+        ``(status, sums)``: :data:`SMALL_OK` and the five :class:`~torch_lwlrap._types.RankingSums` tensors, or
+        :data:`SMALL_BAD_TARGET` or :data:`SMALL_NAN` and None (nothing was added anywhere: the caller's full
+        checks raise the error).
+
+    Example:
+        >>> import torch
+        >>> status, sums = small_batch_sums(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]), None,
+        ...                                 True, "max")
+        >>> status, sums[0].tolist()  # column 0: 2/3, column 2: 1/2
+        (0, [0.6666666666666666, 0.0, 0.5])
+        >>> small_batch_sums(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 2, 1]]), None, True, "max")[0]
+        1
+    """
+    num_samples, num_classes = preds.shape
+    sums = (
+        np.zeros(num_classes, dtype=np.float64),
+        np.zeros(num_classes, dtype=np.int64),
+        np.zeros(num_samples, dtype=np.float64),
+        np.zeros(num_samples, dtype=np.int64),
+        np.zeros(num_samples, dtype=np.int64),
+    )
+    labels = target.numpy()
+    has_ignore = ignore is not None
+    status = _rank_batch(
+        preds.numpy(),
+        labels.view(np.uint8) if target.dtype == torch.bool else labels,
+        labels.itemsize.bit_length() - 1,
+        ignore if has_ignore else 0,
+        has_ignore,
+        validate,
+        target.dtype != torch.bool,
+        ties == "index",
+        sort_min_positives(num_classes),
+        BLOCK_ROWS,
+        *sums,
+    )
+    if status != SMALL_OK:
+        return status, None
+    sums = tuple(map(torch.from_numpy, sums))
+    return status, sums
+
 if numba is not None:
+    from numba.cpython.unsafe.numbers import trailing_zeros
 
     @parallel_and_serial
     def _count_bad_rows(target, ignore, has_ignore):
@@ -387,11 +479,50 @@ if numba is not None:
         return total
 
     @serial_kernel(inline="always")
-    def _columns_in(flags, first, stop, row_start, columns, found):
-        """Append to ``columns`` the columns of the non-zero bytes ``flags[first:stop]`` of a row."""
-        for at in range(first, stop):
-            if flags[at]:
-                columns[found] = at - row_start
+    def _columns_equal_one(row, words, head, row_byte, log_itemsize, columns):
+        """The columns ``k`` with ``row[k] == 1``, in order, into ``columns``; returns how many.
+
+        ``row`` is a row of a C-contiguous array of any dtype of ``2**log_itemsize`` bytes (1 to 8), starting at
+        byte ``row_byte`` of its buffer; ``words`` are the buffer's aligned 8-byte words from byte ``head`` on.
+        Labels are sparse: the row is read a word at a time (four at once first), and only the elements of a word
+        that is not 0 are compared with 1, found by the word's trailing zero bits. Elements outside the words (the
+        buffer's first and last few bytes) are compared one at a time. Offsets are multiples of the itemsize:
+        shifts divide them.
+        """
+        num = row.shape[0]
+        found = 0
+        words_stop = head + 8 * words.shape[0]
+        lead = min(num, max(0, head - row_byte) >> log_itemsize)
+        tail = max(lead, min(num, max(0, words_stop - row_byte) >> log_itemsize))
+        for k in range(lead):
+            if row[k] == 1:
+                columns[found] = k
+                found += 1
+        if tail > lead:
+            log_bits = 3 + log_itemsize
+            per_word = 8 >> log_itemsize
+            word = (row_byte + (lead << log_itemsize) - head) >> 3
+            word_stop = (row_byte + (tail << log_itemsize) - head + 7) >> 3
+            while word < word_stop:
+                if word + 4 <= word_stop and (words[word] | words[word + 1] | words[word + 2] | words[word + 3]) == 0:
+                    word += 4
+                    continue
+                bits_left = words[word]
+                first = (head + 8 * word - row_byte) >> log_itemsize  # the column of the word's first element
+                while bits_left:
+                    element = np.int64(trailing_zeros(bits_left)) >> log_bits
+                    column = first + element
+                    if column >= 0 and column < num and row[column] == 1:
+                        columns[found] = column
+                        found += 1
+                    if element + 1 >= per_word:
+                        break
+                    shift = np.uint64((element + 1) << log_bits)
+                    bits_left = (bits_left >> shift) << shift
+                word += 1
+        for k in range(tail, num):
+            if row[k] == 1:
+                columns[found] = k
                 found += 1
         return found
 
@@ -400,28 +531,9 @@ if numba is not None:
         """The columns of a row's positives, in order, into ``columns``; returns how many.
 
         ``flags`` holds the 0/1 target bytes of all rows and ``words`` its aligned 8-byte words (starting at byte
-        ``head``). Labels are sparse: the row is scanned four words at a time, bytes only where a word is not 0.
+        ``head``); the row starts at byte ``row_start``.
         """
-        row_stop = row_start + num_classes
-        first_word = max(0, (row_start - head + 7) // 8)
-        stop_word = max(0, (row_stop - head) // 8)
-        if stop_word <= first_word:
-            return _columns_in(flags, row_start, row_stop, row_start, columns, 0)
-        found = _columns_in(flags, row_start, head + 8 * first_word, row_start, columns, 0)
-        word = first_word
-        while word + 4 <= stop_word:
-            if words[word] | words[word + 1] | words[word + 2] | words[word + 3]:
-                for inside in range(word, word + 4):
-                    if words[inside]:
-                        byte = head + 8 * inside
-                        found = _columns_in(flags, byte, byte + 8, row_start, columns, found)
-            word += 4
-        while word < stop_word:
-            if words[word]:
-                byte = head + 8 * word
-                found = _columns_in(flags, byte, byte + 8, row_start, columns, found)
-            word += 1
-        return _columns_in(flags, head + 8 * stop_word, row_stop, row_start, columns, found)
+        return _columns_equal_one(flags[row_start : row_start + num_classes], words, head, row_start, 0, columns)
 
     @parallel_and_serial
     def _rank_rows(
@@ -494,3 +606,94 @@ if numba is not None:
                     acc[j] += precision
                     total += precision
                 sample_sums[i] = total
+
+    # Divides as numpy does, as the parallel kernels do: with validate_args=False a NaN score's zero rank gives NaN
+    # instead of raising ZeroDivisionError.
+    @serial_kernel(error_model="numpy")
+    def _rank_batch(
+        scores, target, log_itemsize, ignore_index, has_ignore, validate, check_target, index_ties, sort_above,
+        block_rows, class_sums, class_counts, sample_sums, sample_label_counts, sample_known_counts,
+    ):
+        """:func:`small_batch_sums`'s pass into the five zeroed sums; returns a status code."""
+        num_samples, num_classes = scores.shape
+        flat = target.reshape(-1).view(np.uint8)
+        head = min(-flat.ctypes.data % 8, flat.size)
+        words = flat[head : head + (flat.size - head) // 8 * 8].view(np.uint64)
+        ignore = target.dtype.type(ignore_index)
+        columns = np.empty(num_classes, dtype=np.int64)
+        values = np.empty(num_classes, dtype=scores.dtype)
+        krow = np.ones(num_classes, dtype=np.uint8)
+        acc = np.zeros(num_classes, dtype=np.float64)  # the class sums of this block of rows
+        for i in range(num_samples):
+            if i % block_rows == 0 and i:
+                for c in range(num_classes):
+                    class_sums[c] += acc[c]
+                    acc[c] = 0.0
+            row = scores[i]
+            labels = target[i]
+            if validate:
+                # One vectorized pass: a NaN score, or a target value other than 0, 1 and ``ignore`` (a bool
+                # target holds nothing else).
+                bad = np.int32(0)
+                if check_target and has_ignore:
+                    for k in range(num_classes):
+                        value = labels[k]
+                        allowed = (value == 0) | (value == 1) | (value == ignore)
+                        bad = np.int32(bad | np.int32(not allowed) | np.int32(row[k] != row[k]))
+                elif check_target:
+                    for k in range(num_classes):
+                        value = labels[k]
+                        allowed = (value == 0) | (value == 1)
+                        bad = np.int32(bad | np.int32(not allowed) | np.int32(row[k] != row[k]))
+                else:
+                    for k in range(num_classes):
+                        bad = np.int32(bad | np.int32(row[k] != row[k]))
+                if bad:
+                    for k in range(num_classes):  # which check failed: the NaN score first, as the gate does
+                        if row[k] != row[k]:
+                            return 2
+                    return 1
+            num_known = np.int32(num_classes)
+            if has_ignore:
+                num_known = np.int32(0)
+                for k in range(num_classes):
+                    known = np.int32(labels[k] != ignore)
+                    krow[k] = known
+                    num_known = np.int32(num_known + known)
+            row_byte = (i * num_classes) << log_itemsize
+            num_positives = _columns_equal_one(labels, words, head, row_byte, log_itemsize, columns)
+            sample_label_counts[i] = num_positives
+            sample_known_counts[i] = num_known
+            if num_positives == 0:
+                continue
+            for q in range(num_positives):
+                class_counts[columns[q]] += 1
+            if num_positives > sort_above:
+                sample_sums[i] = _sort_row(row, krow, has_ignore, index_ties, columns, num_positives, acc)
+                continue
+            for q in range(num_positives):
+                values[q] = row[columns[q]]
+            total = 0.0
+            for q in range(num_positives):
+                j = columns[q]
+                rank = _rank_in_row(row, krow, has_ignore, index_ties, j)
+                hits = _hits_among_positives(values, num_positives, index_ties, q)
+                precision = hits / rank
+                acc[j] += precision
+                total += precision
+            sample_sums[i] = total
+        for c in range(num_classes):
+            class_sums[c] += acc[c]
+        return 0
+
+    @serial_kernel
+    def _add_block_sums(block_sums, block_counts, class_sums, class_counts):
+        num_blocks, num_classes = block_sums.shape
+        for c in range(num_classes):
+            total = 0.0
+            count = 0
+            for b in range(num_blocks):
+                total += block_sums[b, c]
+                count += block_counts[b, c]
+            class_sums[c] += total
+            class_counts[c] += count

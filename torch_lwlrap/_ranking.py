@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap import _dispatch, _numba_counts
-from torch_lwlrap._checks import KERNEL_TIES, formatted_chunks
+from torch_lwlrap._checks import KERNEL_TIES, _ignore_value, formatted_chunks
 from torch_lwlrap._engine_config import (  # noqa: F401 - the engine setting, re-exported where it always was
     ENGINE_VARIABLE,
     ENGINES,
@@ -80,7 +80,7 @@ from torch_lwlrap._torch_paths import (  # noqa: F401 - the torch paths and thei
 )
 from torch_lwlrap._types import RankingSums, ScoresContainNaN  # noqa: F401 - re-exported
 
-__all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "use_engine"]
+__all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "small_batch_sums", "use_engine"]
 
 def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether scores of ``dtype`` on ``device`` are ranked by the numba path.
@@ -90,6 +90,31 @@ def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     target is checked and turned into masks by the path's compiled helpers.
     """
     return _dispatch.ranking_backend(device, dtype) == "numba"
+
+
+def small_batch_sums(
+    preds: Tensor, target: Tensor, ignore_index: Optional[int], ties: str, validate_args: bool, numba_path: bool
+) -> Optional[RankingSums]:
+    """The sums of a small batch in one compiled call, where the numba backend takes it
+    (:func:`torch_lwlrap._dispatch.small_batch_kernel`); None where it does not, or where a value check failed:
+    then nothing was computed, and the caller's value checks (:func:`torch_lwlrap._checks.check_batch_values`)
+    raise the error.
+
+    ``preds`` and ``target`` passed the gate's shape checks (:func:`torch_lwlrap._checks.check_batch_structure`),
+    which tells ``numba_path``; with ``validate_args`` the pass checks the target's values and looks for NaN scores
+    itself.
+
+    Example:
+        >>> import torch
+        >>> sums = small_batch_sums(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]), None, "max", True, True)
+        >>> sums is None or sums.class_precision_sum.tolist() == [2 / 3, 0.0, 0.5]
+        True
+    """
+    kernel = _dispatch.small_batch_kernel(preds, target, ties, "numba" if numba_path else None)
+    if kernel is None:
+        return None
+    status, sums = kernel(preds, target, _ignore_value(target, ignore_index), validate_args, ties)
+    return None if sums is None else RankingSums(*sums)
 
 
 def ranking_sums(

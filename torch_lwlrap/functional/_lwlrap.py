@@ -15,7 +15,8 @@ from torch import Tensor
 
 from torch_lwlrap._checks import (
     check_average,
-    check_batch,
+    check_batch_structure,
+    check_batch_values,
     check_ignore_index,
     check_ties,
     formatted_chunks,
@@ -26,6 +27,7 @@ from torch_lwlrap._ranking import (
     ScoresContainNaN,
     forced_chunk_elements,
     ranking_sums,
+    small_batch_sums,
 )
 
 __all__ = [
@@ -77,9 +79,15 @@ def _batch_totals(
     ``validate_args``); chunks of samples bound the workspace whatever the batch size
     (:data:`torch_lwlrap._engine_config.INPUT_CHUNK_BYTES`).
     """
-    numba_path, preds, target, sample_weight = check_batch(
-        preds, target, num_labels, ignore_index, validate_args, sample_weight, nan_later=True
-    )
+    gated = check_batch_structure(preds, target, num_labels, sample_weight)
+    numba_path, preds, target, sample_weight = gated
+    if sample_weight is None and numba_path:
+        # A small batch on the numba path: value checks, masks and ranks in one compiled call (a training loop's
+        # update); a batch it hands back is checked below, which raises the error.
+        sums = small_batch_sums(preds, target, ignore_index, ties, validate_args, numba_path)
+        if sums is not None:
+            return reduce(sums, None)
+    check_batch_values(*gated, ignore_index, validate_args, nan_later=True)
     # The numba path looks for NaN in its own pass over the scores: no extra read.
     engine_checks_nan = validate_args and numba_path
     totals = None

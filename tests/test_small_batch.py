@@ -1,0 +1,225 @@
+"""The numba backend's one-call pass (``_numba_kernel.small_batch_sums``): a batch the runner would rank on one
+thread has its target checked, its NaN scores found, its positives found and its ranks counted in one compiled
+call. It must give the sums of the chunked passes to the bit, hand every bad batch back to the gate (same error,
+state unchanged), and be what a training loop's ``update`` runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap
+
+pytest.importorskip("numba")
+
+from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap  # noqa: E402
+from torch_lwlrap import _numba_kernel, _numba_runtime  # noqa: E402
+from torch_lwlrap._engine_config import use_engine  # noqa: E402
+from torch_lwlrap._types import RankingSums  # noqa: E402
+
+TARGET_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32,
+                 torch.float64]
+
+
+def _passes(preds, target, ties, ignore_index=None):
+    """The chunked passes' sums (``ranking_sums_numba``), from masks made by torch."""
+    positive = target == 1
+    known = None if ignore_index is None else target != ignore_index
+    sums = RankingSums.zeros(*preds.shape)
+    _numba_kernel.ranking_sums_numba(preds, positive, known, *sums, ties=ties)
+    return sums
+
+
+def _one_call(preds, target, ties, ignore_index=None, validate=True):
+    status, sums = _numba_kernel.small_batch_sums(preds, target, ignore_index, validate, ties)
+    assert status == _numba_kernel.SMALL_OK
+    return RankingSums(*sums)
+
+
+def _spy(monkeypatch):
+    """Count the calls of the one-call pass (the dispatch looks it up at each call)."""
+    calls = []
+    original = _numba_kernel.small_batch_sums
+
+    def spy(*args, **kwargs):
+        result = original(*args, **kwargs)
+        calls.append(result[0])
+        return result
+
+    monkeypatch.setattr(_numba_kernel, "small_batch_sums", spy)
+    return calls
+
+
+@pytest.mark.parametrize("target_dtype", TARGET_DTYPES)
+@pytest.mark.parametrize("ties", ["max", "index"])
+@pytest.mark.parametrize("ignore_index", [None, -1])
+def test_the_sums_of_the_passes_to_the_bit(target_dtype, ties, ignore_index):
+    if ignore_index is not None and target_dtype in (torch.bool, torch.uint8):
+        pytest.skip("the dtype cannot hold -1")
+    # 300 rows: three blocks of class sums; heavy ties, infinities, rows with no positive and with every label.
+    preds, target = make_case(7, 300, 37, ignore_index=ignore_index)
+    target[0] = 1
+    target[1] = 0
+    target = target.to(target_dtype)
+    for scores in (preds, preds.double(), torch.randn(300, 37)):
+        one, passes = _one_call(scores, target, ties, ignore_index), _passes(scores, target, ties, ignore_index)
+        for name, a, b in zip(RankingSums._fields, one, passes):
+            assert torch.equal(a, b), name
+    exact_class, exact_sample = exact_sums(preds, target.long(), ties, ignore_index)
+    one = _one_call(preds, target, ties, ignore_index)
+    torch.testing.assert_close(one.class_precision_sum, exact_class, rtol=1e-14, atol=1e-12)
+    torch.testing.assert_close(one.sample_precision_sum, exact_sample, rtol=1e-14, atol=1e-12)
+
+
+@pytest.mark.parametrize("ties", ["max", "index"])
+def test_rows_with_many_positives_are_sorted_as_in_the_passes(monkeypatch, ties):
+    monkeypatch.setattr(_numba_kernel, "SORT_POSITIVES_PER_LOG2", 1)  # rows with more than log2(C) positives
+    preds, target = make_case(3, 150, 64, density=0.6)
+    one, passes = _one_call(preds, target, ties), _passes(preds, target, ties)
+    for name, a, b in zip(RankingSums._fields, one, passes):
+        assert torch.equal(a, b), name
+    torch.testing.assert_close(one.class_precision_sum, exact_sums(preds, target, ties)[0], rtol=1e-14, atol=1e-12)
+
+
+def test_positives_at_every_offset_of_the_words():
+    # Rows of 1 to 19 labels of each dtype: a positive in every column, at the buffer's first and last bytes, in
+    # words shared by two rows; -0.0 and NaN targets are not positives (validate=False).
+    for num_classes in range(1, 20):
+        for dtype in TARGET_DTYPES:
+            for column in range(num_classes):
+                target = torch.zeros(5, num_classes, dtype=dtype)
+                target[:, column] = 1
+                if dtype.is_floating_point:
+                    target[1, (column + 1) % num_classes] = -0.0 if num_classes > 1 else 1
+                preds = torch.arange(5 * num_classes, dtype=torch.float32).reshape(5, num_classes)
+                one = _one_call(preds, target, "max", validate=False)
+                assert one.sample_label_count.tolist() == [1] * 5, (num_classes, dtype, column)
+                assert one.class_label_count.tolist() == target.eq(1).sum(0).tolist()
+            # An offset buffer: the tensor's first byte is not 8-byte aligned.
+            storage = torch.zeros(4 * num_classes + 3, dtype=dtype)
+            target = storage[3:].view(4, num_classes)
+            target[:, -1] = 1
+            one = _one_call(torch.randn(4, num_classes), target, "max")
+            assert one.class_label_count[-1].item() == 4
+
+
+@pytest.mark.parametrize("call", ["function", "update", "forward"])
+@pytest.mark.parametrize("bad", ["nan", "target_value", "ignore_value"])
+def test_a_bad_batch_is_handed_back_to_the_gate(monkeypatch, call, bad):
+    calls = _spy(monkeypatch)
+    preds, target = torch.randn(8, 6), torch.zeros(8, 6)
+    target[:, 2] = 1
+    if bad == "nan":
+        preds[5, 4] = float("nan")
+        message = r"`preds` contains NaN \(first at index \(5, 4\)\)"
+    elif bad == "target_value":
+        target[3, 1] = 2.0
+        message = r"`target` must contain only 0, 1 and ignore_index=-1, but found the values \[2.0\]"
+    else:
+        target[3, 1] = -2.0  # not ignore_index=-1
+        message = r"`target` must contain only 0, 1 and ignore_index=-1, but found the values \[-2.0\]"
+    metric = MultilabelLWLRAP(num_labels=6, ignore_index=-1)
+    good_preds, good_target = torch.randn(8, 6), (torch.rand(8, 6) < 0.4).float()
+    metric.update(good_preds, good_target)
+    before = {name: getattr(metric, name).clone() for name in ("precision_sum", "label_count")}
+    with pytest.raises(ValueError, match=message):
+        if call == "function":
+            multilabel_lwlrap(preds, target, ignore_index=-1)
+        elif call == "update":
+            metric.update(preds, target)
+        else:
+            metric(preds, target)
+    for name, value in before.items():
+        assert torch.equal(getattr(metric, name), value), name
+    if call != "forward":  # forward's own gate refuses the batch before any update
+        assert _numba_kernel.SMALL_OK not in calls[1:]
+    assert metric.compute().item() == pytest.approx(naive_lwlrap(good_preds, good_target, ignore_index=-1), rel=1e-12)
+
+
+def test_without_validation_the_pass_agrees_with_the_passes():
+    # validate_args=False: nothing is checked; a value other than 0 and 1 is a negative, a NaN score ranks
+    # nowhere, on either route (the engine setting forces the chunked passes).
+    preds, target = make_case(5, 40, 12)
+    target = target.float()
+    target[3, 4] = 2.0
+    preds[7, 1] = float("nan")
+    fast = multilabel_lrap(preds, target, validate_args=False)
+    with use_engine("numba", chunk_elements=10**6):
+        slow = multilabel_lrap(preds, target, validate_args=False)
+    assert fast.item() == slow.item() or (fast.isnan() and slow.isnan())
+
+
+@pytest.mark.parametrize("ties", ["max", "index"])
+def test_metrics_fed_batch_by_batch_take_the_one_call_pass(monkeypatch, ties):
+    calls = _spy(monkeypatch)
+    lwlrap, lrap = MultilabelLWLRAP(num_labels=30, ties=ties), MultilabelLRAP(num_labels=30, ties=ties)
+    batches = [make_case(seed, rows, 30) for seed, rows in enumerate([32, 1, 17, 64])]
+    for preds, target in batches:
+        lwlrap.update(preds, target.float())
+        lrap.update(preds, target.bool())
+    assert calls == [_numba_kernel.SMALL_OK] * 8
+    preds, target = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    assert lwlrap.compute().item() == pytest.approx(naive_lwlrap(preds, target, ties=ties), rel=1e-12)
+    assert lrap.compute().item() == pytest.approx(naive_lrap(preds, target, ties=ties), rel=1e-12)
+
+
+def test_what_the_runner_would_thread_takes_the_passes(monkeypatch):
+    calls = _spy(monkeypatch)
+    monkeypatch.setattr(_numba_runtime, "PARALLEL_MIN_SCORES_PER_THREAD", 64)
+    preds, target = make_case(2, 40, 10)  # 400 scores: threads_for gives 2 where torch has 2 threads
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(_numba_runtime.numba.config, "NUMBA_NUM_THREADS", 2)
+    want = naive_lwlrap(preds, target)
+    assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
+    assert calls == []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # one thread: the one-call pass, at any size
+    assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
+    assert calls == [_numba_kernel.SMALL_OK]
+
+
+def test_inputs_it_does_not_take_go_through_the_passes(monkeypatch):
+    calls = _spy(monkeypatch)
+    preds, target = make_case(4, 20, 9)
+    want = naive_lwlrap(preds, target)
+    for scores, labels in [
+        (preds.t().contiguous().t(), target),  # strided scores
+        (preds, target.t().contiguous().t()),  # strided target
+        (preds.half(), target),  # float16 scores are widened by the passes
+        (preds, target.half()),  # a float16 target
+        (preds.unsqueeze(-1), target.unsqueeze(-1)),  # extra dimensions
+    ]:
+        assert multilabel_lwlrap(scores, labels).item() == pytest.approx(want, rel=1e-12)
+    assert multilabel_lwlrap(preds, target, ties="expected").item() == pytest.approx(
+        naive_lwlrap(preds, target, ties="expected"), rel=1e-12
+    )
+    with use_engine("numba", chunk_elements=50):  # a forced chunk size: the chunked passes
+        assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
+    assert calls == []
+
+
+def test_a_training_step_in_the_users_form(monkeypatch):
+    """Logits that carry gradients, under inference mode, and a float 0/1 target as BCE takes it."""
+    calls = _spy(monkeypatch)
+    torch.manual_seed(0)
+    net = torch.nn.Linear(16, 20)
+    metric = MultilabelLWLRAP(num_labels=20)
+    seen = []
+    for step in range(5):
+        features = torch.randn(32, 16)
+        y = (torch.rand(32, 20) < 0.15).float()
+        logits = net(features)
+        assert logits.requires_grad
+        value = metric(logits, y)  # forward, as `self.train_lwlrap(logits, y)` in a training_step
+        torch.nn.functional.binary_cross_entropy_with_logits(logits, y).backward()
+        assert value.item() == pytest.approx(naive_lwlrap(logits.detach(), y), rel=1e-12)
+        seen.append((logits.detach(), y))
+    with torch.inference_mode():
+        features = torch.randn(32, 16)
+        y = (torch.rand(32, 20) < 0.15).float()
+        logits = net(features)
+        metric.update(logits, y)
+        seen.append((logits.clone(), y))
+    assert calls == [_numba_kernel.SMALL_OK] * 6
+    preds, target = torch.cat([s[0] for s in seen]), torch.cat([s[1] for s in seen])
+    assert metric.compute().item() == pytest.approx(naive_lwlrap(preds, target), rel=1e-12)
