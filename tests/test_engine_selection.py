@@ -41,8 +41,8 @@ def _spy_paths(monkeypatch):
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(_ranking, name, spy)
-    # The numba path ranks a batch with its passes, or a small batch in one call: either is "numba".
-    for name in ("ranking_sums_numba", "small_batch_sums"):
+    # The numba path ranks a batch with its chunked passes, or in one pass over each row: either is "numba".
+    for name in ("ranking_sums_numba", "one_pass_sums"):
         original = getattr(_numba_kernel, name)
 
         def numba_spy(*args, _original=original, **kwargs):

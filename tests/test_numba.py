@@ -169,8 +169,8 @@ def test_adds_to_class_sums_and_overwrites_sample_sums():
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_public_functions_and_auto_engine(ties, monkeypatch):
     calls = []
-    # The numba path ranks with its chunked passes or, for a batch it would rank on one thread, in one call.
-    for name in ("ranking_sums_numba", "small_batch_sums"):
+    # The numba path ranks with its chunked passes or, for a 2-D contiguous batch, in one pass over each row.
+    for name in ("ranking_sums_numba", "one_pass_sums"):
         original = getattr(kernel, name)
 
         def counting(*args, _original=original, **kwargs):
@@ -292,9 +292,8 @@ def test_targets_the_compiled_helpers_leave_to_torch():
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.uint8], ids=str)
 def test_public_functions_decode_targets_compiled(dtype, monkeypatch):
     """The numba path's chunked passes check and decode the target with its helpers (no torch comparison), with
-    the same result; a bad value is still rejected with the values found. (A batch the runner would rank on one
-    thread is checked and decoded inside its one-call pass, ``tests/test_small_batch.py``: a forced chunk size
-    takes the passes.)"""
+    the same result; a bad value is still rejected with the values found. (A 2-D contiguous batch is checked and
+    decoded inside the one pass over its rows, ``tests/test_one_pass.py``: a forced chunk size takes the passes.)"""
     calls = []
     for name in ("target_is_bad", "target_masks"):
         original = getattr(kernel, name)
@@ -307,7 +306,7 @@ def test_public_functions_decode_targets_compiled(dtype, monkeypatch):
         got = multilabel_lwlrap(preds, target, ignore_index=ignore_index)
         got_lrap = multilabel_lrap(preds, target, ignore_index=ignore_index)
     assert calls == ["target_is_bad", "target_masks"] * 2
-    assert got.item() == multilabel_lwlrap(preds, target, ignore_index=ignore_index).item()  # the one-call pass
+    assert got.item() == multilabel_lwlrap(preds, target, ignore_index=ignore_index).item()  # the one pass
     with use_engine("sort"):  # torch's comparisons
         assert got == pytest.approx(multilabel_lwlrap(preds, target, ignore_index=ignore_index).item(), abs=1e-12)
         assert got_lrap == pytest.approx(multilabel_lrap(preds, target, ignore_index=ignore_index).item(), abs=1e-12)

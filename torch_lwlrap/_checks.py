@@ -309,7 +309,7 @@ def check_batch(
     target, and with ``nan_later`` NaN scores are left to its ranking pass (``ranking_sums(check_nan=True)``).
 
     It is :func:`check_batch_structure` then :func:`check_batch_values`: a caller whose compiled pass checks the
-    values itself (:func:`torch_lwlrap._ranking.small_batch_sums`) calls the first, and the second only when that
+    values itself (:func:`torch_lwlrap._ranking.one_pass_chunks`) calls the first, and the second only when that
     pass hands the batch back.
     """
     gated = check_batch_structure(preds, target, num_labels, sample_weight)

@@ -108,15 +108,15 @@ def ranking_kernel(name: str) -> Callable:
     return _triton_kernel.ranking_sums_triton
 
 
-def small_batch_kernel(preds, target, ties: str, backend: Optional[str]) -> Optional[Callable]:
-    """The numba backend's one-call pass for a small batch (:func:`torch_lwlrap._numba_kernel.small_batch_sums`:
-    value checks, masks and ranks together) when it ranks this one: ``backend`` (what :func:`ranking_backend` gave
-    for ``preds``) is numba, the pass takes the batch's shapes, dtypes and tie rule, and no chunk size is forced
-    (:func:`~torch_lwlrap._engine_config.use_engine` forces the chunked passes). None: the passes of
-    :func:`ranking_kernel`."""
+def one_pass_kernel(preds, target, ties: str, backend: Optional[str]) -> Optional[Callable]:
+    """The numba backend's one pass over each row (:func:`torch_lwlrap._numba_kernel.one_pass_sums`: value checks,
+    positives and ranks together) when it ranks this batch: ``backend`` (what :func:`ranking_backend` gave for
+    ``preds``) is numba, the pass takes the batch's shapes, dtypes and tie rule, and no chunk size is forced
+    (:func:`~torch_lwlrap._engine_config.use_engine` with ``chunk_elements`` forces the chunked passes). None: the
+    gate's target helpers and the passes of :func:`ranking_kernel`."""
     if backend != "numba" or forced_chunk_elements() is not None:
         return None
-    return _numba_kernel.small_batch_sums if _numba_kernel.takes_small_batch(preds, target, ties) else None
+    return _numba_kernel.one_pass_sums if _numba_kernel.takes_one_pass(preds, target, ties) else None
 
 
 def target_helpers(target):

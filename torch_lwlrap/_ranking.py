@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap import _dispatch, _numba_counts
-from torch_lwlrap._checks import KERNEL_TIES, _ignore_value, formatted_chunks
+from torch_lwlrap._checks import KERNEL_TIES, _ignore_value, chunk_samples, formatted_chunks
 from torch_lwlrap._engine_config import (  # noqa: F401 - the engine setting, re-exported where it always was
     ENGINE_VARIABLE,
     ENGINES,
@@ -80,7 +80,7 @@ from torch_lwlrap._torch_paths import (  # noqa: F401 - the torch paths and thei
 )
 from torch_lwlrap._types import RankingSums, ScoresContainNaN  # noqa: F401 - re-exported
 
-__all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "ranking_sums", "small_batch_sums", "use_engine"]
+__all__ = ["LabelCounts", "label_counts_chunks", "label_precision", "one_pass_chunks", "ranking_sums", "use_engine"]
 
 def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether scores of ``dtype`` on ``device`` are ranked by the numba path.
@@ -92,29 +92,40 @@ def takes_numba_path(device: torch.device, dtype: torch.dtype) -> bool:
     return _dispatch.ranking_backend(device, dtype) == "numba"
 
 
-def small_batch_sums(
+def one_pass_chunks(
     preds: Tensor, target: Tensor, ignore_index: Optional[int], ties: str, validate_args: bool, numba_path: bool
-) -> Optional[RankingSums]:
-    """The sums of a small batch in one compiled call, where the numba backend takes it
-    (:func:`torch_lwlrap._dispatch.small_batch_kernel`); None where it does not, or where a value check failed:
-    then nothing was computed, and the caller's value checks (:func:`torch_lwlrap._checks.check_batch_values`)
-    raise the error.
+) -> Optional[Iterator[Optional[RankingSums]]]:
+    """The sums of a batch a chunk of samples at a time (the chunks of
+    :func:`~torch_lwlrap._checks.formatted_chunks`), each ranked in one compiled pass over its rows where the numba
+    backend takes the batch (:func:`torch_lwlrap._dispatch.one_pass_kernel`): its target's values, NaN scores,
+    positives and ranks together, with no mask of the target made. None where the backend does not take it.
 
     ``preds`` and ``target`` passed the gate's shape checks (:func:`torch_lwlrap._checks.check_batch_structure`),
     which tells ``numba_path``; with ``validate_args`` the pass checks the target's values and looks for NaN scores
-    itself.
+    itself. A chunk where a check failed yields None and ends the chunks: the caller's value checks
+    (:func:`torch_lwlrap._checks.check_batch_values`) then raise the error.
 
     Example:
         >>> import torch
-        >>> sums = small_batch_sums(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]), None, "max", True, True)
-        >>> sums is None or sums.class_precision_sum.tolist() == [2 / 3, 0.0, 0.5]
+        >>> chunks = one_pass_chunks(torch.tensor([[0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1]]), None, "max", True,
+        ...                          True)
+        >>> chunks is None or [s.class_precision_sum.tolist() for s in chunks] == [[2 / 3, 0.0, 0.5]]
         True
     """
-    kernel = _dispatch.small_batch_kernel(preds, target, ties, "numba" if numba_path else None)
+    kernel = _dispatch.one_pass_kernel(preds, target, ties, "numba" if numba_path else None)
     if kernel is None:
         return None
-    status, sums = kernel(preds, target, _ignore_value(target, ignore_index), validate_args, ties)
-    return None if sums is None else RankingSums(*sums)
+    return _one_pass_chunks(kernel, preds, target, _ignore_value(target, ignore_index), ties, validate_args)
+
+
+def _one_pass_chunks(kernel, preds, target, ignore, ties, validate_args) -> Iterator[Optional[RankingSums]]:
+    num_samples = preds.shape[0]
+    step = chunk_samples(preds, target, ignore)
+    for start in range(0, max(num_samples, 1), step):  # a batch without samples is one empty chunk
+        status, sums = kernel(preds[start : start + step], target[start : start + step], ignore, validate_args, ties)
+        yield None if sums is None else RankingSums(*sums)
+        if sums is None:
+            return
 
 
 def ranking_sums(

@@ -27,7 +27,7 @@ from torch_lwlrap._ranking import (
     ScoresContainNaN,
     forced_chunk_elements,
     ranking_sums,
-    small_batch_sums,
+    one_pass_chunks,
 )
 
 __all__ = [
@@ -81,27 +81,39 @@ def _batch_totals(
     """
     gated = check_batch_structure(preds, target, num_labels, sample_weight)
     numba_path, preds, target, sample_weight = gated
-    if sample_weight is None and numba_path:
-        # A small batch on the numba path: value checks, masks and ranks in one compiled call (a training loop's
-        # update); a batch it hands back is checked below, which raises the error.
-        sums = small_batch_sums(preds, target, ignore_index, ties, validate_args, numba_path)
-        if sums is not None:
-            return reduce(sums, None)
+    if sample_weight is None:
+        # On the numba path: value checks, positives and ranks in one compiled pass over each row; a chunk it hands
+        # back (None) ends the chunks, and the value checks below raise the error.
+        chunks = one_pass_chunks(preds, target, ignore_index, ties, validate_args, numba_path)
+        if chunks is not None:
+            totals = _summed(None if sums is None else reduce(sums, None) for sums in chunks)
+            if totals is not None:
+                return totals
     check_batch_values(*gated, ignore_index, validate_args, nan_later=True)
     # The numba path looks for NaN in its own pass over the scores: no extra read.
     engine_checks_nan = validate_args and numba_path
+
+    def reduced_chunks():
+        for chunk in formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements(), numba_path):
+            scores, positive, known, weight = chunk
+            try:
+                sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
+            except ScoresContainNaN:
+                raise nan_scores_error(preds) from None
+            # Let go of this chunk before the next one is formatted: one chunk's workspace at a time.
+            del chunk, scores, positive, known
+            yield reduce(sums, weight)
+
+    return _summed(reduced_chunks())
+
+
+def _summed(chunks) -> Optional[Tuple[Tensor, ...]]:
+    """The sum over the chunks of their reduced values; None if a chunk is None (handed back)."""
     totals = None
-    chunks = formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements(), numba_path)
-    for chunk in chunks:
-        scores, positive, known, weight = chunk
-        try:
-            sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
-        except ScoresContainNaN:
-            raise nan_scores_error(preds) from None
-        values = reduce(sums, weight)
+    for values in chunks:
+        if values is None:
+            return None
         totals = values if totals is None else tuple(total + value for total, value in zip(totals, values))
-        # Let go of this chunk before the next one is formatted: one chunk's workspace at a time.
-        del chunk, scores, positive, known, weight, sums, values
     return totals
 
 

@@ -1,7 +1,7 @@
-"""The numba backend's one-call pass (``_numba_kernel.small_batch_sums``): a batch the runner would rank on one
-thread has its target checked, its NaN scores found, its positives found and its ranks counted in one compiled
-call. It must give the sums of the chunked passes to the bit, hand every bad batch back to the gate (same error,
-state unchanged), and be what a training loop's ``update`` runs.
+"""The numba backend's one pass over each row (``_numba_kernel.one_pass_sums``): a 2-D contiguous batch has its
+target checked, its NaN scores found, its positives found and its ranks counted in one compiled pass, with no mask
+of the target made. It must give the sums of the chunked passes to the bit (serial or threaded), hand every bad
+batch back to the gate (same error, state unchanged), and be what a training loop's ``update`` runs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ pytest.importorskip("numba")
 
 from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap  # noqa: E402
 from torch_lwlrap import _numba_kernel, _numba_runtime  # noqa: E402
+from torch_lwlrap import _engine_config  # noqa: E402
 from torch_lwlrap._engine_config import use_engine  # noqa: E402
 from torch_lwlrap._types import RankingSums  # noqa: E402
 
@@ -31,23 +32,23 @@ def _passes(preds, target, ties, ignore_index=None):
     return sums
 
 
-def _one_call(preds, target, ties, ignore_index=None, validate=True):
-    status, sums = _numba_kernel.small_batch_sums(preds, target, ignore_index, validate, ties)
-    assert status == _numba_kernel.SMALL_OK
+def _one_call(preds, target, ties, ignore_index=None, validate=True, **tuning):
+    status, sums = _numba_kernel.one_pass_sums(preds, target, ignore_index, validate, ties, **tuning)
+    assert status == _numba_kernel.ONE_PASS_OK
     return RankingSums(*sums)
 
 
 def _spy(monkeypatch):
-    """Count the calls of the one-call pass (the dispatch looks it up at each call)."""
+    """Count the calls of the one pass (the dispatch looks it up at each call)."""
     calls = []
-    original = _numba_kernel.small_batch_sums
+    original = _numba_kernel.one_pass_sums
 
     def spy(*args, **kwargs):
         result = original(*args, **kwargs)
         calls.append(result[0])
         return result
 
-    monkeypatch.setattr(_numba_kernel, "small_batch_sums", spy)
+    monkeypatch.setattr(_numba_kernel, "one_pass_sums", spy)
     return calls
 
 
@@ -133,7 +134,7 @@ def test_a_bad_batch_is_handed_back_to_the_gate(monkeypatch, call, bad):
     for name, value in before.items():
         assert torch.equal(getattr(metric, name), value), name
     if call != "forward":  # forward's own gate refuses the batch before any update
-        assert _numba_kernel.SMALL_OK not in calls[1:]
+        assert calls[1:] == [_numba_kernel.ONE_PASS_NAN if bad == "nan" else _numba_kernel.ONE_PASS_BAD_TARGET]
     assert metric.compute().item() == pytest.approx(naive_lwlrap(good_preds, good_target, ignore_index=-1), rel=1e-12)
 
 
@@ -151,31 +152,51 @@ def test_without_validation_the_pass_agrees_with_the_passes():
 
 
 @pytest.mark.parametrize("ties", ["max", "index"])
-def test_metrics_fed_batch_by_batch_take_the_one_call_pass(monkeypatch, ties):
+def test_metrics_fed_batch_by_batch_take_the_one_pass(monkeypatch, ties):
     calls = _spy(monkeypatch)
     lwlrap, lrap = MultilabelLWLRAP(num_labels=30, ties=ties), MultilabelLRAP(num_labels=30, ties=ties)
     batches = [make_case(seed, rows, 30) for seed, rows in enumerate([32, 1, 17, 64])]
     for preds, target in batches:
         lwlrap.update(preds, target.float())
         lrap.update(preds, target.bool())
-    assert calls == [_numba_kernel.SMALL_OK] * 8
+    assert calls == [_numba_kernel.ONE_PASS_OK] * 8
     preds, target = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
     assert lwlrap.compute().item() == pytest.approx(naive_lwlrap(preds, target, ties=ties), rel=1e-12)
     assert lrap.compute().item() == pytest.approx(naive_lrap(preds, target, ties=ties), rel=1e-12)
 
 
-def test_what_the_runner_would_thread_takes_the_passes(monkeypatch):
+def test_threads_and_blocks_give_the_same_bits(monkeypatch):
+    from tests.concurrency_child import AlwaysParallel
+
+    preds, target = make_case(9, 1000, 41, ignore_index=-1)
+    target = target.float()
+    serial = _one_call(preds, target, "max", -1)
+    monkeypatch.setattr(_numba_runtime, "_choice", AlwaysParallel())
+    monkeypatch.setattr(_numba_runtime, "PARALLEL_MIN_SCORES_PER_THREAD", 1)  # every thread torch allows
+    threaded = _one_call(preds, target, "max", -1)
+    passes = _passes(preds, target, "max", -1)
+    for name, a, b, c in zip(RankingSums._fields, serial, threaded, passes):
+        assert torch.equal(a, b) and torch.equal(a, c), name
+    # Blocks of other sizes add the class sums in another order: equal up to rounding only.
+    for block_rows in (1, 7, 1000):
+        other = _one_call(preds, target, "max", -1, block_rows=block_rows)
+        torch.testing.assert_close(other.class_precision_sum, serial.class_precision_sum, rtol=1e-14, atol=1e-12)
+        assert torch.equal(other.sample_precision_sum, serial.sample_precision_sum)
+    # A bad row stops its block whichever thread runs it; the status names the first failing check.
+    target[777, 3] = 5.0
+    assert _numba_kernel.one_pass_sums(preds, target, -1, True, "max") == (_numba_kernel.ONE_PASS_BAD_TARGET, None)
+    preds[777, 0] = float("nan")
+    assert _numba_kernel.one_pass_sums(preds, target, -1, True, "max") == (_numba_kernel.ONE_PASS_NAN, None)
+
+
+def test_chunks_of_samples_bound_the_workspace(monkeypatch):
+    # A batch larger than the input chunk budget is ranked a chunk of samples at a time, as the passes are.
     calls = _spy(monkeypatch)
-    monkeypatch.setattr(_numba_runtime, "PARALLEL_MIN_SCORES_PER_THREAD", 64)
-    preds, target = make_case(2, 40, 10)  # 400 scores: threads_for gives 2 where torch has 2 threads
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    monkeypatch.setattr(_numba_runtime.numba.config, "NUMBA_NUM_THREADS", 2)
-    want = naive_lwlrap(preds, target)
-    assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
-    assert calls == []
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # one thread: the one-call pass, at any size
-    assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
-    assert calls == [_numba_kernel.SMALL_OK]
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 64 * 100)  # 100 rows of a bool target per chunk
+    preds, target = make_case(12, 450, 17)
+    got = multilabel_lrap(preds, target.bool())
+    assert calls == [_numba_kernel.ONE_PASS_OK] * 5
+    assert got.item() == pytest.approx(naive_lrap(preds, target), rel=1e-12)
 
 
 def test_inputs_it_does_not_take_go_through_the_passes(monkeypatch):
@@ -220,6 +241,6 @@ def test_a_training_step_in_the_users_form(monkeypatch):
         logits = net(features)
         metric.update(logits, y)
         seen.append((logits.clone(), y))
-    assert calls == [_numba_kernel.SMALL_OK] * 6
+    assert calls == [_numba_kernel.ONE_PASS_OK] * 6
     preds, target = torch.cat([s[0] for s in seen]), torch.cat([s[1] for s in seen])
     assert metric.compute().item() == pytest.approx(naive_lwlrap(preds, target), rel=1e-12)
