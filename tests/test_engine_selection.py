@@ -16,7 +16,7 @@ import torch
 
 from tests.reference import make_case, naive_lrap, naive_lwlrap
 from torch_lwlrap import EngineFallbackWarning, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
-from torch_lwlrap import _dispatch, _numba_kernel, _ranking
+from torch_lwlrap import _dispatch, _numba_kernel, _numba_one_pass, _ranking
 from torch_lwlrap._ranking import ENGINE_VARIABLE, ENGINES, get_engine, use_engine
 
 TOL = dict(rel=1e-12, abs=1e-12)
@@ -42,14 +42,14 @@ def _spy_paths(monkeypatch):
 
         monkeypatch.setattr(_ranking, name, spy)
     # The numba path ranks a batch with its chunked passes, or in one pass over each row: either is "numba".
-    for name in ("ranking_sums_numba", "one_pass_sums"):
-        original = getattr(_numba_kernel, name)
+    for module, name in ((_numba_kernel, "ranking_sums_numba"), (_numba_one_pass, "one_pass_sums")):
+        original = getattr(module, name)
 
         def numba_spy(*args, _original=original, **kwargs):
             calls.append("numba")
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(_numba_kernel, name, numba_spy)
+        monkeypatch.setattr(module, name, numba_spy)
     return calls
 
 

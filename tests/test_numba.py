@@ -27,6 +27,7 @@ from tests.reference import (
 from torch_lwlrap import MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap import _dispatch
 from torch_lwlrap import _numba_kernel as kernel
+from torch_lwlrap import _numba_one_pass
 from torch_lwlrap._ranking import ranking_sums, use_engine
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
@@ -170,14 +171,14 @@ def test_adds_to_class_sums_and_overwrites_sample_sums():
 def test_public_functions_and_auto_engine(ties, monkeypatch):
     calls = []
     # The numba path ranks with its chunked passes or, for a 2-D contiguous batch, in one pass over each row.
-    for name in ("ranking_sums_numba", "one_pass_sums"):
-        original = getattr(kernel, name)
+    for module, name in ((kernel, "ranking_sums_numba"), (_numba_one_pass, "one_pass_sums")):
+        original = getattr(module, name)
 
         def counting(*args, _original=original, **kwargs):
             calls.append(args[0].shape)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(kernel, name, counting)
+        monkeypatch.setattr(module, name, counting)
     preds, target = make_case(61, 20, 5, ignore_index=-1)
     for engine in ("auto", "numba"):
         calls.clear()

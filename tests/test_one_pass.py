@@ -1,4 +1,4 @@
-"""The numba backend's one pass over each row (``_numba_kernel.one_pass_sums``): a 2-D contiguous batch has its
+"""The numba backend's one pass over each row (``_numba_one_pass.one_pass_sums``): a 2-D contiguous batch has its
 target checked, its NaN scores found, its positives found and its ranks counted in one compiled pass, with no mask
 of the target made. It must give the sums of the chunked passes to the bit (serial or threaded), hand every bad
 batch back to the gate (same error, state unchanged), and be what a training loop's ``update`` runs.
@@ -14,7 +14,7 @@ from tests.reference import exact_sums, make_case, naive_lrap, naive_lwlrap
 pytest.importorskip("numba")
 
 from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap  # noqa: E402
-from torch_lwlrap import _numba_kernel, _numba_runtime  # noqa: E402
+from torch_lwlrap import _numba_kernel, _numba_one_pass, _numba_runtime  # noqa: E402
 from torch_lwlrap import _engine_config  # noqa: E402
 from torch_lwlrap._engine_config import use_engine  # noqa: E402
 from torch_lwlrap._types import RankingSums  # noqa: E402
@@ -33,22 +33,22 @@ def _passes(preds, target, ties, ignore_index=None):
 
 
 def _one_call(preds, target, ties, ignore_index=None, validate=True, **tuning):
-    status, sums = _numba_kernel.one_pass_sums(preds, target, ignore_index, validate, ties, **tuning)
-    assert status == _numba_kernel.ONE_PASS_OK
+    status, sums = _numba_one_pass.one_pass_sums(preds, target, ignore_index, validate, ties, **tuning)
+    assert status == _numba_one_pass.ONE_PASS_OK
     return RankingSums(*sums)
 
 
 def _spy(monkeypatch):
     """Count the calls of the one pass (the dispatch looks it up at each call)."""
     calls = []
-    original = _numba_kernel.one_pass_sums
+    original = _numba_one_pass.one_pass_sums
 
     def spy(*args, **kwargs):
         result = original(*args, **kwargs)
         calls.append(result[0])
         return result
 
-    monkeypatch.setattr(_numba_kernel, "one_pass_sums", spy)
+    monkeypatch.setattr(_numba_one_pass, "one_pass_sums", spy)
     return calls
 
 
@@ -134,7 +134,7 @@ def test_a_bad_batch_is_handed_back_to_the_gate(monkeypatch, call, bad):
     for name, value in before.items():
         assert torch.equal(getattr(metric, name), value), name
     if call != "forward":  # forward's own gate refuses the batch before any update
-        assert calls[1:] == [_numba_kernel.ONE_PASS_NAN if bad == "nan" else _numba_kernel.ONE_PASS_BAD_TARGET]
+        assert calls[1:] == [_numba_one_pass.ONE_PASS_NAN if bad == "nan" else _numba_one_pass.ONE_PASS_BAD_TARGET]
     assert metric.compute().item() == pytest.approx(naive_lwlrap(good_preds, good_target, ignore_index=-1), rel=1e-12)
 
 
@@ -159,7 +159,7 @@ def test_metrics_fed_batch_by_batch_take_the_one_pass(monkeypatch, ties):
     for preds, target in batches:
         lwlrap.update(preds, target.float())
         lrap.update(preds, target.bool())
-    assert calls == [_numba_kernel.ONE_PASS_OK] * 8
+    assert calls == [_numba_one_pass.ONE_PASS_OK] * 8
     preds, target = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
     assert lwlrap.compute().item() == pytest.approx(naive_lwlrap(preds, target, ties=ties), rel=1e-12)
     assert lrap.compute().item() == pytest.approx(naive_lrap(preds, target, ties=ties), rel=1e-12)
@@ -184,9 +184,9 @@ def test_threads_and_blocks_give_the_same_bits(monkeypatch):
         assert torch.equal(other.sample_precision_sum, serial.sample_precision_sum)
     # A bad row stops its block whichever thread runs it; the status names the first failing check.
     target[777, 3] = 5.0
-    assert _numba_kernel.one_pass_sums(preds, target, -1, True, "max") == (_numba_kernel.ONE_PASS_BAD_TARGET, None)
+    assert _numba_one_pass.one_pass_sums(preds, target, -1, True, "max") == (_numba_one_pass.ONE_PASS_BAD_TARGET, None)
     preds[777, 0] = float("nan")
-    assert _numba_kernel.one_pass_sums(preds, target, -1, True, "max") == (_numba_kernel.ONE_PASS_NAN, None)
+    assert _numba_one_pass.one_pass_sums(preds, target, -1, True, "max") == (_numba_one_pass.ONE_PASS_NAN, None)
 
 
 def test_chunks_of_samples_bound_the_workspace(monkeypatch):
@@ -195,7 +195,7 @@ def test_chunks_of_samples_bound_the_workspace(monkeypatch):
     monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 64 * 100)  # 100 rows of a bool target per chunk
     preds, target = make_case(12, 450, 17)
     got = multilabel_lrap(preds, target.bool())
-    assert calls == [_numba_kernel.ONE_PASS_OK] * 5
+    assert calls == [_numba_one_pass.ONE_PASS_OK] * 5
     assert got.item() == pytest.approx(naive_lrap(preds, target), rel=1e-12)
 
 
@@ -241,6 +241,6 @@ def test_a_training_step_in_the_users_form(monkeypatch):
         logits = net(features)
         metric.update(logits, y)
         seen.append((logits.clone(), y))
-    assert calls == [_numba_kernel.ONE_PASS_OK] * 6
+    assert calls == [_numba_one_pass.ONE_PASS_OK] * 6
     preds, target = torch.cat([s[0] for s in seen]), torch.cat([s[1] for s in seen])
     assert metric.compute().item() == pytest.approx(naive_lwlrap(preds, target), rel=1e-12)

@@ -29,7 +29,16 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from torch_lwlrap import _bootstrap_kernel, _kernel_contract, _ltr_numba, _numba_counts, _numba_kernel, _numba_rules, _triton_kernel
+from torch_lwlrap import (
+    _bootstrap_kernel,
+    _kernel_contract,
+    _ltr_numba,
+    _numba_counts,
+    _numba_kernel,
+    _numba_one_pass,
+    _numba_rules,
+    _triton_kernel,
+)
 from torch_lwlrap._engine_config import ENGINE_VARIABLE, compiled_cpu_allowed, forced_chunk_elements, get_engine
 from torch_lwlrap._torch_paths import choose_engine
 
@@ -109,14 +118,14 @@ def ranking_kernel(name: str) -> Callable:
 
 
 def one_pass_kernel(preds, target, ties: str, backend: Optional[str]) -> Optional[Callable]:
-    """The numba backend's one pass over each row (:func:`torch_lwlrap._numba_kernel.one_pass_sums`: value checks,
+    """The numba backend's one pass over each row (:func:`torch_lwlrap._numba_one_pass.one_pass_sums`: value checks,
     positives and ranks together) when it ranks this batch: ``backend`` (what :func:`ranking_backend` gave for
     ``preds``) is numba, the pass takes the batch's shapes, dtypes and tie rule, and no chunk size is forced
     (:func:`~torch_lwlrap._engine_config.use_engine` with ``chunk_elements`` forces the chunked passes). None: the
     gate's target helpers and the passes of :func:`ranking_kernel`."""
     if backend != "numba" or forced_chunk_elements() is not None:
         return None
-    return _numba_kernel.one_pass_sums if _numba_kernel.takes_one_pass(preds, target, ties) else None
+    return _numba_one_pass.one_pass_sums if _numba_one_pass.takes_one_pass(preds, target, ties) else None
 
 
 def target_helpers(target):

@@ -77,7 +77,9 @@ def _batch_totals(
     ``sums`` are the :class:`RankingSums` of a chunk of samples and ``weight`` its ``(M,)`` sample weights (or
     None). The whole batch is checked before the first chunk is ranked (one host-device sync with
     ``validate_args``); chunks of samples bound the workspace whatever the batch size
-    (:data:`torch_lwlrap._engine_config.INPUT_CHUNK_BYTES`).
+    (:data:`torch_lwlrap._engine_config.INPUT_CHUNK_BYTES`). On the numba path a batch without sample weights is
+    checked and ranked by one compiled pass over its rows (:func:`~torch_lwlrap._ranking.one_pass_chunks`); a batch
+    that pass hands back goes through the value checks, which raise the error.
     """
     gated = check_batch_structure(preds, target, num_labels, sample_weight)
     numba_path, preds, target, sample_weight = gated
@@ -86,35 +88,34 @@ def _batch_totals(
         # back (None) ends the chunks, and the value checks below raise the error.
         chunks = one_pass_chunks(preds, target, ignore_index, ties, validate_args, numba_path)
         if chunks is not None:
-            totals = _summed(None if sums is None else reduce(sums, None) for sums in chunks)
-            if totals is not None:
+            totals = None
+            for sums in chunks:
+                if sums is None:
+                    break
+                totals = _plus(totals, reduce(sums, None))
+                del sums
+            else:
                 return totals
     check_batch_values(*gated, ignore_index, validate_args, nan_later=True)
     # The numba path looks for NaN in its own pass over the scores: no extra read.
     engine_checks_nan = validate_args and numba_path
-
-    def reduced_chunks():
-        for chunk in formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements(), numba_path):
-            scores, positive, known, weight = chunk
-            try:
-                sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
-            except ScoresContainNaN:
-                raise nan_scores_error(preds) from None
-            # Let go of this chunk before the next one is formatted: one chunk's workspace at a time.
-            del chunk, scores, positive, known
-            yield reduce(sums, weight)
-
-    return _summed(reduced_chunks())
-
-
-def _summed(chunks) -> Optional[Tuple[Tensor, ...]]:
-    """The sum over the chunks of their reduced values; None if a chunk is None (handed back)."""
     totals = None
-    for values in chunks:
-        if values is None:
-            return None
-        totals = values if totals is None else tuple(total + value for total, value in zip(totals, values))
+    chunks = formatted_chunks(preds, target, ignore_index, sample_weight, forced_chunk_elements(), numba_path)
+    for chunk in chunks:
+        scores, positive, known, weight = chunk
+        try:
+            sums = ranking_sums(scores, positive, known, ties=ties, check_nan=engine_checks_nan)
+        except ScoresContainNaN:
+            raise nan_scores_error(preds) from None
+        totals = _plus(totals, reduce(sums, weight))
+        # Let go of this chunk before the next one is formatted: one chunk's workspace at a time.
+        del chunk, scores, positive, known, weight, sums
     return totals
+
+
+def _plus(totals: Optional[Tuple[Tensor, ...]], values: Tuple[Tensor, ...]) -> Tuple[Tensor, ...]:
+    """A chunk's reduced values added to the totals of the chunks before it."""
+    return values if totals is None else tuple(total + value for total, value in zip(totals, values))
 
 
 def _lwlrap_per_class(precision_sum: Tensor, label_count: Tensor) -> Tuple[Tensor, Tensor]:
