@@ -3,6 +3,10 @@
 One pass per row, rows spread over numba's threads in blocks, each block with its own workspace; every kernel runs
 through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
 
+* NaN: with ``check_nan`` each kernel tests every score of both rows for NaN on its bits (an integer test, so that
+  the fastmath parts cannot drop it), marks a row that holds one with a NaN value and skips the rest of its work.
+  The caller then raises the input gate's error (:func:`torch_lwlrap._checks.pair_nan_error`), and the gate need
+  not read the scores first.
 * A row is ranked by a stable least-significant-digit radix sort of its scores' bits, made order-preserving
   (``-0.0`` read as ``0.0``): four passes of 8 bits for float32 (float16 and bfloat16 rows are widened to
   float32, exactly), eight for float64, a pass skipped when all of the row's keys share its digit. Tied scores keep
@@ -74,36 +78,45 @@ def _bits(rows: Tensor) -> Tuple[np.ndarray, np.ndarray, int]:
     return values, values.view(np.uint64), 64
 
 
-def correlation_rows(a: Tensor, b: Tensor, method: str) -> Tuple[Tensor, Tensor]:
-    """``(value, defined)`` of each pair of CPU rows, as :func:`torch_lwlrap._ltr_torch.correlation_rows`."""
+def _common(a: Tensor, b: Tensor) -> Tuple[Tensor, Tensor]:
     if a.dtype != b.dtype:
         common = torch.promote_types(a.dtype, b.dtype)
         a, b = a.to(common), b.to(common)
+    return a, b
+
+
+def correlation_rows(a: Tensor, b: Tensor, method: str, check_nan: bool = False) -> Tuple[Tensor, Tensor, bool]:
+    """``(value, defined, nan_found)``: per pair of CPU rows as :func:`torch_lwlrap._ltr_torch.correlation_rows`,
+    and with ``check_nan`` whether a score of either is NaN (then the values are not to be used)."""
+    a, b = _common(a, b)
     n, num_classes = a.shape
     value = torch.zeros(n, dtype=torch.float64)
     defined = torch.zeros(n, dtype=torch.bool)
-    if n:
-        _, bits_a, nbits = _bits(a)
-        _, bits_b, _ = _bits(b)
-        run(_correlation_kernel, n * num_classes, bits_a, bits_b, nbits, method == "kendall", value.numpy(),
-            defined.numpy())
-    return value, defined
+    if not n:
+        return value, defined, False
+    _, bits_a, nbits = _bits(a)
+    _, bits_b, _ = _bits(b)
+    out = value.numpy()
+    run(_correlation_kernel, n * num_classes, bits_a, bits_b, nbits, method == "kendall", check_nan, out,
+        defined.numpy())
+    return value, defined, bool(check_nan and np.isnan(out).any())
 
 
-def distance_rows(a: Tensor, b: Tensor, k: int) -> Tensor:
-    """float64 ``(n,)``: the Kendall distance at ``k`` of each pair of CPU rows, as
-    :func:`torch_lwlrap._ltr_torch.distance_rows`."""
-    if a.dtype != b.dtype:
-        common = torch.promote_types(a.dtype, b.dtype)
-        a, b = a.to(common), b.to(common)
+def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tuple[Tensor, bool]:
+    """``(distance, nan_found)``: float64 ``(n,)``, the Kendall distance at ``k`` of each pair of CPU rows, as
+    :func:`torch_lwlrap._ltr_torch.distance_rows`, and with ``check_nan`` whether a score of either is NaN (then the
+    distances are not to be used)."""
+    a, b = _common(a, b)
     n, num_classes = a.shape
     out = torch.zeros(n, dtype=torch.float64)
-    if n:
-        values_a, bits_a, nbits = _bits(a)
-        values_b, bits_b, _ = _bits(b)
-        run(_distance_kernel, n * num_classes, values_a, values_b, bits_a, bits_b, nbits, min(k, num_classes),
-            out.numpy())
-    return out
+    if not n:
+        return out, False
+    values_a, bits_a, nbits = _bits(a)
+    values_b, bits_b, _ = _bits(b)
+    rows = out.numpy()
+    run(_distance_kernel, n * num_classes, values_a, values_b, bits_a, bits_b, nbits, min(k, num_classes), check_nan,
+        rows)
+    return out, bool(check_nan and np.isnan(rows).any())
 
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
@@ -121,6 +134,19 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         if value & sign:
             return (~value) & mask
         return value | sign
+
+    @serial_kernel
+    def _has_nan(bits, start, stop, nbits):
+        """Whether a float of ``bits[start:stop]`` is a NaN: its bits without the sign above those of infinity (an
+        integer test, which no fastmath flag can drop)."""
+        if nbits == 32:
+            magnitude, infinity = np.int64(0x7FFFFFFF), np.int64(0x7F800000)
+        else:
+            magnitude, infinity = np.int64(0x7FFFFFFFFFFFFFFF), np.int64(0x7FF0000000000000)
+        found = False
+        for j in range(start, stop):
+            found |= (np.int64(bits[j]) & magnitude) > infinity
+        return found
 
     @serial_kernel
     def _sort(keys, cols, n, nbits, tmp_keys, tmp_cols, count):
@@ -260,7 +286,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         )
 
     @parallel_and_serial
-    def _correlation_kernel(bits_a, bits_b, nbits, kendall, value, defined):
+    def _correlation_kernel(bits_a, bits_b, nbits, kendall, check_nan, value, defined):
         num_rows, num_classes = bits_a.shape
         num_blocks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         total = num_classes * (num_classes - 1) // 2
@@ -272,6 +298,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             ranks_b = np.empty(num_classes, np.float64)
             keys, cols, tmp_keys, tmp_cols, count = work[0], work[1], work[2], work[3], work[4]
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
+                if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
+                                  or _has_nan(bits_b[row], 0, num_classes, nbits)):
+                    value[row] = np.nan
+                    continue
                 for j in range(num_classes):
                     keys_a[j] = _key(bits_a[row, j], nbits)
                     keys_b[j] = _key(bits_b[row, j], nbits)
@@ -305,7 +335,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel(fastmath=True)
     def _chunk_max(values, start):
-        # A fixed trip count and fastmath let the reduction be vectorized; scores hold no NaN (checked first).
+        # A fixed trip count and fastmath let the reduction be vectorized; the row holds no NaN (checked first, or
+        # the caller takes no check: then any value will do).
         best = values[start]
         for i in range(1, SCAN_CHUNK):
             best = max(best, values[start + i])
@@ -410,7 +441,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return n
 
     @parallel_and_serial
-    def _distance_kernel(values_a, values_b, bits_a, bits_b, nbits, k, out):
+    def _distance_kernel(values_a, values_b, bits_a, bits_b, nbits, k, check_nan, out):
         num_rows, num_classes = values_a.shape
         num_blocks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         for block in prange(num_blocks):
@@ -424,6 +455,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             pair_a = np.empty(PAIRS_MAX, values_a.dtype)
             pair_b = np.empty(PAIRS_MAX, values_a.dtype)
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
+                if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
+                                  or _has_nan(bits_b[row], 0, num_classes, nbits)):
+                    out[row] = np.nan
+                    continue
                 a, b = values_a[row], values_b[row]
                 n = _add_top(a, bits_a[row], nbits, k, mark, union, 0, top_values, top_cols, work)
                 n = _add_top(b, bits_b[row], nbits, k, mark, union, n, top_values, top_cols, work)
