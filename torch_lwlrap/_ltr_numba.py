@@ -9,18 +9,22 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   not read the scores first.
 * A row is ranked by a stable least-significant-digit radix sort of its scores' bits, made order-preserving
   (``-0.0`` read as ``0.0``): four passes of 8 bits for float32 (float16 and bfloat16 rows are widened to
-  float32, exactly), eight for float64, a pass skipped when all of the row's keys share its digit. Tied scores keep
-  their column order. No comparison sort and no index array: about ten times faster than ``torch.argsort`` here.
+  float32, exactly), eight for float64, a pass skipped when all of the row's keys share its digit. Keys keep the
+  width of the scores (32-bit keys and columns move half the bytes of 64-bit ones: about twice as fast). Tied
+  scores keep their column order. No comparison sort and no index array: several times faster than
+  ``torch.argsort`` here.
 * Spearman's rho: the average ranks of both rows, centered on ``(C + 1) / 2`` (half-integers: their sums of
-  products are exact in float64), and ``sxy / sqrt(sxx syy)``.
-* Kendall's tau-b: the counts of scipy's ``kendalltau``. Pairs tied in ``y`` come from ``y``'s sorted groups; the
-  row is then read in the order of ``x``, a group of equal ``x`` at a time, and a Fenwick tree over the dense ranks
-  of ``y`` counts, for each label, the labels before its group with a larger ``y`` (discordant pairs, ``O(C log C)``);
-  pairs tied in both are counted within each group of ``x`` with a table indexed by the dense rank of ``y``.
+  products are exact in float64), ``sxx`` and ``syy`` summed per tie group, ``sxy`` read in the order of ``y``;
+  ``sxy / sqrt(sxx syy)``.
+* Kendall's tau-b: the counts of scipy's ``kendalltau``. ``y`` is sorted first (its dense ranks and tied pairs);
+  ``x`` is then sorted starting from ``y``'s order, so that the stable sort orders the labels by ``(x, y)`` and
+  carries ``y``'s dense rank along: pairs tied in ``x`` are never inversions of that sequence, pairs tied in both
+  are its runs of equal ranks within a group of equal ``x``, and the discordant pairs are its inversions, counted
+  in one read through a binary trie over the ranks' bits (``O(C log C)``, branch-free).
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K`; a larger ``k``
   sorts the row): the maxima of chunks of :data:`SCAN_CHUNK` entries bound the k-th highest score from below, and
-  only the few entries above that bound enter a sorted buffer, the union of the two top sets is marked, and its pairs are
-  compared directly when the union is small (:data:`PAIRS_MAX`), else counted as for tau.
+  only the few entries above that bound enter a sorted buffer, the union of the two top sets is marked, and its
+  pairs are compared directly when the union is small (:data:`PAIRS_MAX`), else counted as for tau.
 
 Both variants of a parallel kernel write per-row values only; torch sums them in row order, so results do not depend
 on the thread count.
@@ -56,7 +60,7 @@ SCAN_MAX_K = 48
 #: Entries per chunk of a scan: each chunk's maximum bounds the k-th highest entry from below.
 SCAN_CHUNK = 16
 
-#: Largest union compared pair by pair; a larger one is counted through sorts and a Fenwick tree.
+#: Largest union compared pair by pair; a larger one is counted as for tau.
 PAIRS_MAX = 48
 
 
@@ -150,7 +154,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _sort(keys, cols, n, nbits, tmp_keys, tmp_cols, count):
-        """Sort ``keys[:n]`` ascending, stably, moving ``cols[:n]`` along. ``count``: ``8 * 256`` int64."""
+        """Sort ``keys[:n]`` ascending, stably, moving ``cols[:n]`` along. ``count``: ``8 * 256`` entries."""
         if n <= INSERTION_MAX:
             for i in range(1, n):
                 key, col = keys[i], cols[i]
@@ -176,51 +180,67 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 count[1280 + np.int64((key >> np.uint64(40)) & _DIGIT_MASK)] += 1
                 count[1536 + np.int64((key >> np.uint64(48)) & _DIGIT_MASK)] += 1
                 count[1792 + np.int64(key >> np.uint64(56))] += 1
-        src_keys, src_cols, dst_keys, dst_cols = keys, cols, tmp_keys, tmp_cols
-        moved = False
+        moved = False  # True: the entries are in tmp_keys, tmp_cols
         for p in range(passes):
             s = np.uint64(DIGIT_BITS * p)
             base = p * radix
-            if count[base + np.int64((keys[0] >> s) & _DIGIT_MASK)] == n:  # one digit for all: nothing to move
+            if count[base + np.int64((np.uint64(keys[0]) >> s) & _DIGIT_MASK)] == n:  # one digit for all
                 continue
             total = 0
             for d in range(base, base + radix):
                 c = count[d]
                 count[d] = total
                 total += c
-            for j in range(n):
-                key = src_keys[j]
-                d = base + np.int64((key >> s) & _DIGIT_MASK)
-                at = count[d]
-                dst_keys[at] = key
-                dst_cols[at] = src_cols[j]
-                count[d] = at + 1
-            src_keys, dst_keys = dst_keys, src_keys
-            src_cols, dst_cols = dst_cols, src_cols
+            # Two calls rather than swapped array variables: the scatter loop then keeps its arrays in registers
+            # (about 1.5 times faster).
+            if moved:
+                _scatter(tmp_keys, tmp_cols, keys, cols, n, count, base, s)
+            else:
+                _scatter(keys, cols, tmp_keys, tmp_cols, n, count, base, s)
             moved = not moved
         if moved:
-            keys[:n] = src_keys[:n]
-            cols[:n] = src_cols[:n]
+            keys[:n] = tmp_keys[:n]
+            cols[:n] = tmp_cols[:n]
 
     @serial_kernel
-    def _centered_ranks(keys, cols, n, ranks):
-        """``ranks[col]``: the average rank of each sorted entry minus ``(n + 1) / 2``."""
-        center = (n + 1) / 2
-        start = 0
-        while start < n:
-            end = start + 1
-            while end < n and keys[end] == keys[start]:
-                end += 1
-            value = (start + 1 + end) / 2 - center
-            for p in range(start, end):
-                ranks[cols[p]] = value
-            start = end
+    def _scatter(src_keys, src_cols, dst_keys, dst_cols, n, count, base, s):
+        """One pass of the radix sort: each entry to the next place of its digit (``count[base + digit]``)."""
+        for j in range(n):
+            key = src_keys[j]
+            d = base + np.int64((np.uint64(key) >> s) & _DIGIT_MASK)
+            at = count[d]
+            dst_keys[at] = key
+            dst_cols[at] = src_cols[j]
+            count[d] = at + 1
+
+    @serial_kernel
+    def _inversions(sequence, n, rank, work):
+        """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]``, whose values lie in
+        ``[1, rank]``: a binary trie over the values' bits, highest first, whose node ``ones[node]`` counts the values
+        read so far that went on to its upper half. A value that goes to the lower half is below all of them. A
+        fixed number of branch-free steps per value (about 1.5 times faster than a Fenwick tree here)."""
+        levels = 0
+        while (1 << levels) <= rank:
+            levels += 1
+        ones = work[6]
+        ones[: 2 << levels] = 0
+        dis = 0
+        for p in range(n):
+            v = sequence[p]
+            node = 1
+            for level in range(levels - 1, -1, -1):
+                bit = (v >> level) & 1
+                dis += ones[node] & (bit - 1)  # bit 0: every value read so far on the upper half is greater
+                ones[node] += bit
+                node = 2 * node + bit
+        return dis
 
     @serial_kernel
     def _kendall_counts(keys_a, keys_b, n, nbits, work):
         """``(dis, xtie, ytie, ntie)`` of the keys ``[:n]`` of two rows (see the module's docstring)."""
-        keys, cols, tmp_keys, tmp_cols, count, dense, tree, seen = work
-        # y: dense ranks (from 1) and tied pairs.
+        keys, cols, tmp_keys, tmp_cols, count = work[0], work[1], work[2], work[3], work[4]
+        dense = work[5]
+        # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
         for j in range(n):
             keys[j] = keys_b[j]
             cols[j] = j
@@ -233,57 +253,74 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 rank += 1
                 start = p
             ytie += p - start
-            dense[cols[p]] = rank
-        tree[: rank + 1] = 0
-        # x: read in order, a group of equal keys at a time.
-        for j in range(n):
-            keys[j] = keys_a[j]
-            cols[j] = j
+            dense[p] = rank
+        # x: sorted from y's order (stable: by x, then y), carrying y's dense rank.
+        for p in range(n):
+            keys[p] = keys_a[cols[p]]
+            cols[p] = dense[p]
         _sort(keys, cols, n, nbits, tmp_keys, tmp_cols, count)
-        dis = 0
         xtie = 0
         ntie = 0
+        group = 0
+        run_start = 0
+        for p in range(n):
+            if p == 0 or keys[p] != keys[p - 1]:
+                group = p
+                run_start = p
+            elif cols[p] != cols[p - 1]:
+                run_start = p
+            xtie += p - group
+            ntie += p - run_start
+        return _inversions(cols, n, rank, work), xtie, ytie, ntie
+
+    @serial_kernel
+    def _workspace(num_classes, bits):
+        """Keys of ``bits``' width, int32 columns and counts."""
+        return (
+            np.empty(num_classes, bits.dtype),
+            np.empty(num_classes, np.int32),
+            np.empty(num_classes, bits.dtype),
+            np.empty(num_classes, np.int32),
+            np.empty((64 // DIGIT_BITS) << DIGIT_BITS, np.int32),
+            np.empty(num_classes, np.int32),
+            np.zeros(4 * (num_classes + 1), np.int32),
+        )
+
+    @serial_kernel
+    def _centered_ranks(keys, cols, n, ranks):
+        """``ranks[col]``: the average rank of each sorted entry minus ``(n + 1) / 2``; returns the sum of their
+        squares (exact: quarters)."""
+        center = (n + 1) / 2
+        squares = 0.0
         start = 0
         while start < n:
             end = start + 1
             while end < n and keys[end] == keys[start]:
                 end += 1
-            size = end - start
-            xtie += size * (size - 1) // 2
+            value = (start + 1 + end) / 2 - center
+            squares += (end - start) * value * value
             for p in range(start, end):
-                at_or_below = 0
-                i = dense[cols[p]]
-                while i > 0:
-                    at_or_below += tree[i]
-                    i &= i - 1
-                dis += start - at_or_below
-            if size > 1:
-                for p in range(start, end):
-                    d = dense[cols[p]]
-                    ntie += seen[d]
-                    seen[d] += 1
-                for p in range(start, end):
-                    seen[dense[cols[p]]] = 0
-            for p in range(start, end):
-                i = dense[cols[p]]
-                while i <= rank:
-                    tree[i] += 1
-                    i += i & (-i)
+                ranks[cols[p]] = value
             start = end
-        return dis, xtie, ytie, ntie
+        return squares
 
     @serial_kernel
-    def _workspace(num_classes):
-        return (
-            np.empty(num_classes, np.uint64),
-            np.empty(num_classes, np.int64),
-            np.empty(num_classes, np.uint64),
-            np.empty(num_classes, np.int64),
-            np.empty((64 // DIGIT_BITS) << DIGIT_BITS, np.int64),
-            np.empty(num_classes, np.int64),
-            np.zeros(num_classes + 1, np.int64),
-            np.zeros(num_classes + 1, np.int64),
-        )
+    def _products(keys, cols, n, ranks):
+        """``(sum of squares, sum of products with ranks)`` of the centered average ranks of sorted entries."""
+        center = (n + 1) / 2
+        squares = 0.0
+        products = 0.0
+        start = 0
+        while start < n:
+            end = start + 1
+            while end < n and keys[end] == keys[start]:
+                end += 1
+            value = (start + 1 + end) / 2 - center
+            squares += (end - start) * value * value
+            for p in range(start, end):
+                products += value * ranks[cols[p]]
+            start = end
+        return squares, products
 
     @parallel_and_serial
     def _correlation_kernel(bits_a, bits_b, nbits, kendall, check_nan, value, defined):
@@ -291,21 +328,20 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         num_blocks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         total = num_classes * (num_classes - 1) // 2
         for block in prange(num_blocks):
-            work = _workspace(num_classes)
-            keys_a = np.empty(num_classes, np.uint64)
-            keys_b = np.empty(num_classes, np.uint64)
+            work = _workspace(num_classes, bits_a)
+            keys_a = np.empty(num_classes, bits_a.dtype)
+            keys_b = np.empty(num_classes, bits_a.dtype)
             ranks_a = np.empty(num_classes, np.float64)
-            ranks_b = np.empty(num_classes, np.float64)
             keys, cols, tmp_keys, tmp_cols, count = work[0], work[1], work[2], work[3], work[4]
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
                 if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
                                   or _has_nan(bits_b[row], 0, num_classes, nbits)):
                     value[row] = np.nan
                     continue
-                for j in range(num_classes):
-                    keys_a[j] = _key(bits_a[row, j], nbits)
-                    keys_b[j] = _key(bits_b[row, j], nbits)
                 if kendall:
+                    for j in range(num_classes):
+                        keys_a[j] = _key(bits_a[row, j], nbits)
+                        keys_b[j] = _key(bits_b[row, j], nbits)
                     dis, xtie, ytie, ntie = _kendall_counts(keys_a, keys_b, num_classes, nbits, work)
                     if xtie < total and ytie < total:
                         tau = (total - xtie - ytie + ntie - 2 * dis) / np.sqrt(total - xtie) / np.sqrt(total - ytie)
@@ -313,22 +349,15 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                         defined[row] = True
                     continue
                 for j in range(num_classes):
-                    keys[j] = keys_a[j]
+                    keys[j] = _key(bits_a[row, j], nbits)
                     cols[j] = j
                 _sort(keys, cols, num_classes, nbits, tmp_keys, tmp_cols, count)
-                _centered_ranks(keys, cols, num_classes, ranks_a)
+                sxx = _centered_ranks(keys, cols, num_classes, ranks_a)
                 for j in range(num_classes):
-                    keys[j] = keys_b[j]
+                    keys[j] = _key(bits_b[row, j], nbits)
                     cols[j] = j
                 _sort(keys, cols, num_classes, nbits, tmp_keys, tmp_cols, count)
-                _centered_ranks(keys, cols, num_classes, ranks_b)
-                sxx = 0.0
-                syy = 0.0
-                sxy = 0.0
-                for j in range(num_classes):
-                    sxx += ranks_a[j] * ranks_a[j]
-                    syy += ranks_b[j] * ranks_b[j]
-                    sxy += ranks_a[j] * ranks_b[j]
+                syy, sxy = _products(keys, cols, num_classes, ranks_a)
                 if sxx > 0 and syy > 0:
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(sxx * syy)))
                     defined[row] = True
@@ -445,13 +474,13 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         num_rows, num_classes = values_a.shape
         num_blocks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         for block in prange(num_blocks):
-            work = _workspace(num_classes)
+            work = _workspace(num_classes, bits_a)
             mark = np.zeros(num_classes, np.bool_)
             union = np.empty(num_classes, np.int64)
             top_values = np.empty(num_classes + 1, values_a.dtype)  # the buffer, then the chunk maxima
             top_cols = np.empty(num_classes, np.int64)
-            keys_a = np.empty(num_classes, np.uint64)
-            keys_b = np.empty(num_classes, np.uint64)
+            keys_a = np.empty(num_classes, bits_a.dtype)
+            keys_b = np.empty(num_classes, bits_a.dtype)
             pair_a = np.empty(PAIRS_MAX, values_a.dtype)
             pair_b = np.empty(PAIRS_MAX, values_a.dtype)
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
