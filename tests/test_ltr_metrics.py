@@ -488,6 +488,11 @@ def test_the_compiled_path_reads_the_scores_for_nan_in_its_own_pass():
     bad = _with_nan(a, (1, 1))
     multilabel_kendall_distance_at_k(bad, b, 3, validate_args=False)
     multilabel_rank_correlation(bad, b, validate_args=False)
+    wide_a, wide_b = distinct_rows(24, n=8, c=150)  # the scan for the top k, NaN left in
+    wide_a[:4, ::3] = math.nan
+    wide_b[2:6] = math.nan
+    for k in (1, 4, 9):
+        multilabel_kendall_distance_at_k(wide_a, wide_b, k, validate_args=False)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
