@@ -23,9 +23,10 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   in one read through a binary trie over the ranks' bits (``O(C log C)``, branch-free).
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K`; a larger ``k``
   sorts the row): the maxima of chunks of :data:`SCAN_CHUNK` entries bound the k-th highest score from below (the
-  k-th highest chunk maximum, found by branch-free max and min steps), and only the few entries above that bound
-  enter a sorted buffer, the union of the two top sets is marked, and its
-  pairs are compared directly when the union is small (:data:`PAIRS_MAX`), else counted as for tau.
+  k-th highest chunk maximum, found by branch-free max and min steps); the few entries at or above that bound are
+  the candidates, gathered branch-free, and the lowest of them are dropped until k remain (a sorted buffer where
+  ties make many). The union of the two top sets is marked, and its pairs are compared directly when the union is
+  small (:data:`PAIRS_MAX`), else counted as for tau.
 
 Both variants of a parallel kernel write per-row values only; torch sums them in row order, so results do not depend
 on the thread count.
@@ -60,6 +61,10 @@ SCAN_MAX_K = 48
 
 #: Entries per chunk of a scan: each chunk's maximum bounds the k-th highest entry from below.
 SCAN_CHUNK = 16
+
+#: Most candidates beyond k that the scan drops one at a time (the lowest first); more (ties) go through a sorted
+#: buffer.
+DROP_MAX = 8
 
 #: Largest union compared pair by pair; a larger one is counted as for tau.
 PAIRS_MAX = 48
@@ -416,16 +421,14 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return top[k - 1]
 
     @serial_kernel
-    def _add_top(values, bits, nbits, k, mark, union, n, top_values, top_cols, work):
+    def _add_top(values, bits, nbits, k, mark, union, n, top_values, top_cols, cand_values, work):
         """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed;
         returns the new size."""
         num_classes = values.shape[0]
         num_chunks = (num_classes + SCAN_CHUNK - 1) // SCAN_CHUNK
         if k <= min(SCAN_MAX_K, num_chunks // 2):
             # The k highest chunk maxima are k entries, so the k-th highest entry is at least the lowest of them:
-            # only the entries at or above it, in the chunks that hold one, are candidates. They are kept in a
-            # buffer sorted by (value descending, column ascending), read in column order, so that a later column
-            # displaces an entry only with a strictly higher value.
+            # only the entries at or above it, in the chunks that hold one, are candidates.
             chunk_max = top_values[k:]
             full = num_classes // SCAN_CHUNK
             for c in range(full):
@@ -436,28 +439,50 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     best = max(best, values[i])
                 chunk_max[full] = best
             floor = _kth_highest(chunk_max, num_chunks, k, top_values)
-            filled = 0
+            # The candidates, in column order (branch-free).
+            cand_cols = work[1]
+            m = 0
             for c in range(num_chunks):
                 if chunk_max[c] < floor:
                     continue
                 for j in range(c * SCAN_CHUNK, min((c + 1) * SCAN_CHUNK, num_classes)):
                     v = values[j]
-                    if v < floor:
-                        continue
-                    if filled == k:
+                    cand_values[m] = v
+                    cand_cols[m] = j
+                    m += v >= floor
+            if k <= m <= k + DROP_MAX:
+                # A few too many: drop the lowest, the last (highest column) of equal ones, one at a time.
+                while m > k:
+                    at = 0
+                    low = cand_values[0]
+                    for i in range(1, m):
+                        if cand_values[i] <= low:
+                            low = cand_values[i]
+                            at = i
+                    for i in range(at, m - 1):
+                        cand_values[i] = cand_values[i + 1]
+                        cand_cols[i] = cand_cols[i + 1]
+                    m -= 1
+                for i in range(k):
+                    n = _add(cand_cols[i], mark, union, n)
+                return n
+            if m > k:
+                # Many (ties): a buffer sorted by (value descending, column ascending), read in column order, so
+                # that a later column displaces an entry only with a strictly higher value.
+                for i in range(m):
+                    v = cand_values[i]
+                    if i >= k:
                         if not v > top_values[k - 1]:
                             continue
                         p = k - 2
                     else:
-                        p = filled - 1
-                        filled += 1
+                        p = i - 1
                     while p >= 0 and top_values[p] < v:
                         top_values[p + 1] = top_values[p]
                         top_cols[p + 1] = top_cols[p]
                         p -= 1
                     top_values[p + 1] = v
-                    top_cols[p + 1] = j
-            if filled == k:
+                    top_cols[p + 1] = cand_cols[i]
                 for i in range(k):
                     n = _add(top_cols[i], mark, union, n)
                 return n
@@ -492,6 +517,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             union = np.empty(num_classes, np.int64)
             top_values = np.empty(num_classes + 1, values_a.dtype)  # the buffer, then the chunk maxima
             top_cols = np.empty(num_classes, np.int64)
+            cand_values = np.empty(num_classes, values_a.dtype)  # the candidates of the scan (their columns: work[1])
             keys_a = np.empty(num_classes, bits_a.dtype)
             keys_b = np.empty(num_classes, bits_a.dtype)
             pair_a = np.empty(PAIRS_MAX, values_a.dtype)
@@ -502,8 +528,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     out[row] = np.nan
                     continue
                 a, b = values_a[row], values_b[row]
-                n = _add_top(a, bits_a[row], nbits, k, mark, union, 0, top_values, top_cols, work)
-                n = _add_top(b, bits_b[row], nbits, k, mark, union, n, top_values, top_cols, work)
+                n = _add_top(a, bits_a[row], nbits, k, mark, union, 0, top_values, top_cols, cand_values, work)
+                n = _add_top(b, bits_b[row], nbits, k, mark, union, n, top_values, top_cols, cand_values, work)
                 for p in range(n):
                     mark[union[p]] = False
                 if n < 2:
