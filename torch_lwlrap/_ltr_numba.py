@@ -397,22 +397,16 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         union[n] = col
         return n + 1
 
-    @serial_kernel(fastmath=True)
+    @serial_kernel
     def _kth_highest(values, m, k, top):
-        """The ``k``-th highest of ``values[:m]`` (``k <= m``), through ``top[:k]``: the first ``k`` sorted
-        descending, then each further value passed down the buffer by branch-free max and min steps (about twice
-        as fast as an insertion that branches). fastmath: the values hold no NaN (checked first; unchecked NaN give
-        some value, and the caller falls back to a sort when fewer than ``k`` entries reach it)."""
+        """The ``k``-th highest of ``values[:m]`` (``k <= m``), through ``top[:k]``: a buffer of the ``k`` highest
+        so far, descending, that starts at -inf, and down which each value is passed by branch-free max and min
+        steps (about 2.5 times as fast as an insertion that branches). Every value stays one of the inputs, so that
+        an unchecked NaN gives some value, and the caller falls back to a sort when fewer than ``k`` entries reach
+        it."""
         for p in range(k):
-            top[p] = values[p]
-        for i in range(1, k):
-            v = top[i]
-            p = i - 1
-            while p >= 0 and top[p] < v:
-                top[p + 1] = top[p]
-                p -= 1
-            top[p + 1] = v
-        for c in range(k, m):
+            top[p] = -np.inf
+        for c in range(m):
             v = values[c]
             for p in range(k):
                 t = top[p]
