@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import warnings
 
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.reference_ranking import all_orders
 from tests.test_checkpoints import _Recorder  # counts aten operations and the largest tensor made
@@ -404,6 +406,108 @@ def test_errors_name_the_argument_the_value_and_the_fix():
         multilabel_ndcg(a, b.abs(), gain="log")
     with pytest.raises(ValueError, match=r"`empty_target` must be one of"):
         multilabel_ndcg(a, b.abs(), empty_target="nan")
+
+
+def _pair_calls():
+    """Every update of two score tensors, as (argument names, call)."""
+    return [
+        (("preds", "reference"), lambda a, b: multilabel_rank_correlation(a, b)),
+        (("preds", "reference"), lambda a, b: multilabel_rank_correlation(a, b, method="kendall")),
+        (("preds_a", "preds_b"), lambda a, b: multilabel_kendall_distance_at_k(a, b, 3)),
+    ]
+
+
+def _with_nan(value, where):
+    value = value.clone()
+    value[where] = math.nan
+    return value
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_nan_in_either_input_raises_the_gate_error_on_every_path(dtype):
+    # The compiled kernels check the scores for NaN in their own pass (the gate then reads nothing first): the
+    # error is the gate's, naming the first argument that holds a NaN and its first index, on every engine and
+    # chunking, wherever the NaN lies (a later chunk, the other argument too).
+    a, b = tied_rows(19, n=30, c=40, levels=5, dtype=dtype)
+    cases = [
+        ((2, 7), None, 0, "(2, 7)"),
+        (None, (29, 39), 1, "(29, 39)"),
+        ((25, 0), (3, 1), 0, "(25, 0)"),  # a's NaN in a later chunk than b's: a is named, as the gate names it
+        (slice(None), None, 0, "(0, 0)"),
+    ]
+    for names, call in _pair_calls():
+        for in_a, in_b, named, index in cases:
+            bad_a = a if in_a is None else _with_nan(a, in_a)
+            bad_b = b if in_b is None else _with_nan(b, in_b)
+            message = rf"Argument `{names[named]}` contains NaN \(first at index {re.escape(index)}\); NaN scores cannot"
+            for engine, chunk in [("sort", None), ("auto", None), ("auto", 3 * 40)]:
+                with use_engine(engine, chunk):
+                    with pytest.raises(ValueError, match=message):
+                        call(bad_a, bad_b)
+                    call(a, b)  # the same tensors without NaN pass
+
+
+def test_nan_leaves_a_metric_state_unchanged_on_the_compiled_path():
+    a, b = tied_rows(20, n=30, c=40, levels=5)
+    for metric in (MultilabelRankCorrelation(40), MultilabelRankCorrelation(40, method="kendall"),
+                   MultilabelKendallDistanceAtK(40, k=4)):
+        for engine, chunk in [("auto", None), ("auto", 3 * 40), ("sort", None)]:
+            with use_engine(engine, chunk):
+                metric.reset()
+                metric.update(a[:10], b[:10])
+                before = {name: getattr(metric, name).clone() for name in metric._defaults}
+                for bad in ((_with_nan(a[10:], (15, 3)), b[10:]), (a[10:], _with_nan(b[10:], (0, 0)))):
+                    for call in (metric.update, metric):
+                        with pytest.raises(ValueError, match="contains NaN"):
+                            call(*bad)
+                        for name, value in before.items():
+                            assert torch.equal(getattr(metric, name), value), (engine, chunk, name)
+
+
+class _OpNames(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.skipif("auto" not in ENGINES, reason="needs numba")
+def test_the_compiled_path_reads_the_scores_for_nan_in_its_own_pass():
+    a, b = distinct_rows(21, n=20, c=30)
+    for _, call in _pair_calls():
+        with _OpNames() as recorder:
+            call(a, b)
+        assert not [name for name in recorder.names if "aminmax" in name or "isnan" in name], recorder.names
+        with use_engine("sort"), _OpNames() as recorder:
+            call(a, b)
+        assert [name for name in recorder.names if "aminmax" in name]  # the torch path keeps the gate's check
+    # validate_args=False: no check anywhere, no error
+    bad = _with_nan(a, (1, 1))
+    multilabel_kendall_distance_at_k(bad, b, 3, validate_args=False)
+    multilabel_rank_correlation(bad, b, validate_args=False)
+    wide_a, wide_b = distinct_rows(24, n=8, c=150)  # the scan for the top k, NaN left in
+    wide_a[:4, ::3] = math.nan
+    wide_b[2:6] = math.nan
+    for k in (1, 4, 9):
+        multilabel_kendall_distance_at_k(wide_a, wide_b, k, validate_args=False)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_long_rows_rank_exactly(engine, dtype):
+    # More than 1024 distinct ranks (a deeper trie of Kendall's counts), 8 radix passes for float64, more chunks
+    # than the scan's buffer holds; with and without ties.
+    distinct = distinct_rows(22, n=3, c=1500, dtype=dtype)
+    tied = tied_rows(23, n=4, c=1500, levels=700, dtype=dtype)
+    for a, b in (distinct, tied):
+        with use_engine(engine):
+            for method in ("spearman", "kendall"):
+                close(multilabel_rank_correlation(a, b, method=method), scipy_mean(a, b, method)[0], method)
+            for k in (10, 40):
+                close(multilabel_kendall_distance_at_k(a, b, k), naive_distance(a, b, k), f"k={k}")
 
 
 def test_checkpoints_round_trip_and_refuse_other_options():

@@ -492,19 +492,29 @@ def check_pair(
     num_labels: Optional[int],
     validate_args: bool,
     names: Tuple[str, str] = ("preds_a", "preds_b"),
+    *,
+    nan_later: bool = False,
 ) -> Tuple[Tensor, Tensor]:
-    """Two score tensors of one shape, checked; returned as values only."""
+    """Two score tensors of one shape, checked; returned as values only. With ``nan_later`` the NaN check is left to
+    the caller's compiled pass, which reads every score anyway and raises :func:`pair_nan_error` on a NaN."""
     first, second = values_only(first), values_only(second)
     for name, value in zip(names, (first, second)):
         _check_scores(name, value, "scores")
     _check_same(names, first, second, num_labels)
-    if validate_args and first.numel():
+    if validate_args and not nan_later and first.numel():
         flags = torch.stack([torch.isnan(torch.aminmax(first)[0]), torch.isnan(torch.aminmax(second)[0])])
         if flags.any().item():  # the one sync
-            for name, value in zip(names, (first, second)):
-                if torch.isnan(value).any():
-                    raise _nan_error(name, value)
+            raise pair_nan_error(first, second, names)
     return first, second
+
+
+def pair_nan_error(first: Tensor, second: Tensor, names: Tuple[str, str] = ("preds_a", "preds_b")) -> ValueError:
+    """The error for a pair of score tensors of which one holds a NaN: the first such tensor, by its argument name,
+    and the index of its first NaN."""
+    for name, value in zip(names, (first, second)):
+        if torch.isnan(value).any():
+            return _nan_error(name, value)
+    raise AssertionError("pair_nan_error called on scores without NaN")
 
 
 def check_graded(

@@ -26,6 +26,7 @@ from torch_lwlrap._checks import (
     check_method,
     check_pair,
     check_ties,
+    pair_nan_error,
     flat_rows,
     flat_weights,
     row_chunks,
@@ -35,6 +36,15 @@ __all__ = ["multilabel_ndcg", "multilabel_rank_correlation", "multilabel_kendall
 
 def _compiled(rows: Tensor) -> bool:
     return _dispatch.compiled_cpu_pass("rank_agreement", rows.device, rows.dtype)
+
+
+def _compiled_pair(first, second) -> bool:
+    """Whether the compiled kernels take this pair of score tensors (decided once per batch: then every chunk takes
+    them, and their pass checks the scores for NaN instead of the gate)."""
+    return (
+        isinstance(first, Tensor) and isinstance(second, Tensor) and first.is_floating_point()
+        and second.is_floating_point() and _compiled(first) and _compiled(second)
+    )
 
 
 def _ratio(value: Tensor, weight: Tensor) -> Tensor:
@@ -169,7 +179,9 @@ def _correlation_update(
     """``{"rank_correlation_sum" float64, "rank_correlation_count" int64, "rank_correlation_constant_count"
     int64}``: the sum of the per-sample correlations, the samples that have one, and those left out (a constant
     row)."""
-    preds, reference = check_pair(preds, reference, num_labels, validate_args, ("preds", "reference"))
+    names = ("preds", "reference")
+    compiled = _compiled_pair(preds, reference)
+    preds, reference = check_pair(preds, reference, num_labels, validate_args, names, nan_later=compiled)
     rows_a, rows_b = flat_rows(preds), flat_rows(reference)
     num_rows, num_classes = rows_a.shape
     device = rows_a.device
@@ -177,8 +189,10 @@ def _correlation_update(
     count = torch.zeros((), dtype=torch.int64, device=device)
     for start, stop in row_chunks(num_rows, num_classes, forced_chunk_elements()):
         a, b = rows_a[start:stop], rows_b[start:stop]
-        if _compiled(a) and _compiled(b):
-            value, defined = _ltr_numba.correlation_rows(a, b, method)
+        if compiled:
+            value, defined, nan_found = _ltr_numba.correlation_rows(a, b, method, check_nan=validate_args)
+            if nan_found:
+                raise pair_nan_error(preds, reference, names)
         else:
             value, defined = _ltr_torch.correlation_rows(_widened(a), _widened(b), method)
         total += value.sum()
@@ -239,14 +253,18 @@ def _distance_update(
     preds_a: Tensor, preds_b: Tensor, num_labels: Optional[int], k: int, validate_args: bool
 ) -> Dict[str, Tensor]:
     """``{"kendall_distance_sum" float64, "kendall_distance_count" int64}`` over the batch's samples."""
-    preds_a, preds_b = check_pair(preds_a, preds_b, num_labels, validate_args)
+    compiled = _compiled_pair(preds_a, preds_b)
+    preds_a, preds_b = check_pair(preds_a, preds_b, num_labels, validate_args, nan_later=compiled)
     rows_a, rows_b = flat_rows(preds_a), flat_rows(preds_b)
     num_rows, num_classes = rows_a.shape
     total = torch.zeros((), dtype=torch.float64, device=rows_a.device)
     for start, stop in row_chunks(num_rows, num_classes, forced_chunk_elements()):
         a, b = rows_a[start:stop], rows_b[start:stop]
-        if _compiled(a) and _compiled(b):
-            total += _ltr_numba.distance_rows(a, b, k).sum()
+        if compiled:
+            distance, nan_found = _ltr_numba.distance_rows(a, b, k, check_nan=validate_args)
+            if nan_found:
+                raise pair_nan_error(preds_a, preds_b)
+            total += distance.sum()
         else:
             total += _ltr_torch.distance_rows(_widened(a), _widened(b), k).sum()
     return {
