@@ -56,8 +56,10 @@ def _spy(monkeypatch):
 @pytest.mark.parametrize("ties", ["max", "index"])
 @pytest.mark.parametrize("ignore_index", [None, -1])
 def test_the_sums_of_the_passes_to_the_bit(target_dtype, ties, ignore_index):
-    if ignore_index is not None and target_dtype in (torch.bool, torch.uint8):
-        pytest.skip("the dtype cannot hold -1")
+    if ignore_index is not None and target_dtype == torch.bool:
+        pytest.skip("a bool target has no ignored value")
+    if ignore_index is not None and target_dtype == torch.uint8:
+        ignore_index = 255
     # 300 rows: three blocks of class sums; heavy ties, infinities, rows with no positive and with every label.
     preds, target = make_case(7, 300, 37, ignore_index=ignore_index)
     target[0] = 1
@@ -74,13 +76,61 @@ def test_the_sums_of_the_passes_to_the_bit(target_dtype, ties, ignore_index):
 
 
 @pytest.mark.parametrize("ties", ["max", "index"])
-def test_rows_with_many_positives_are_sorted_as_in_the_passes(monkeypatch, ties):
+@pytest.mark.parametrize("ignore_index", [None, -1])
+def test_rows_with_many_positives_are_sorted_as_in_the_passes(monkeypatch, ties, ignore_index):
     monkeypatch.setattr(_numba_kernel, "SORT_POSITIVES_PER_LOG2", 1)  # rows with more than log2(C) positives
-    preds, target = make_case(3, 150, 64, density=0.6)
-    one, passes = _one_call(preds, target, ties), _passes(preds, target, ties)
+    preds, target = make_case(3, 150, 64, density=0.6, ignore_index=ignore_index)
+    one, passes = _one_call(preds, target, ties, ignore_index), _passes(preds, target, ties, ignore_index)
     for name, a, b in zip(RankingSums._fields, one, passes):
         assert torch.equal(a, b), name
-    torch.testing.assert_close(one.class_precision_sum, exact_sums(preds, target, ties)[0], rtol=1e-14, atol=1e-12)
+    want = exact_sums(preds, target, ties, ignore_index)[0]
+    torch.testing.assert_close(one.class_precision_sum, want, rtol=1e-14, atol=1e-12)
+
+
+def test_a_bool_target_is_any_non_zero_byte():
+    # A bool tensor viewed from other bytes (uint8.view(torch.bool), frombuffer, DLPack) holds bytes other than 1:
+    # torch reads each non-zero byte as True, and so do both routes.
+    generator = torch.Generator().manual_seed(4)
+    preds = torch.rand(40, 29, generator=generator)
+    raw = (torch.rand(40, 29, generator=generator) < 0.3).to(torch.uint8) * torch.randint(1, 255, (40, 29),
+                                                                                           generator=generator, dtype=torch.uint8)
+    target = raw.view(torch.bool)
+    want = naive_lwlrap(preds, (raw != 0).long())
+    assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
+    with use_engine("numba", chunk_elements=10**6):  # the passes
+        assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, rel=1e-12)
+    assert multilabel_lrap(preds, target).item() == pytest.approx(naive_lrap(preds, (raw != 0).long()), rel=1e-12)
+
+
+@pytest.mark.parametrize("target_dtype", [torch.float32, torch.float64])
+def test_an_ignore_index_far_from_the_labels(target_dtype):
+    # Any int64 is an ignore_index (in the target's dtype, as torch compares it); beyond int64 is refused up front.
+    preds, target = make_case(6, 30, 11)
+    target = target.to(target_dtype)
+    for ignore_index in (2**62 + 1, -(2**63)):
+        target[::4, 2] = float(ignore_index)
+        got = multilabel_lwlrap(preds, target, ignore_index=ignore_index).item()
+        with use_engine("sort"):
+            assert got == pytest.approx(multilabel_lwlrap(preds, target, ignore_index=ignore_index).item(), rel=1e-12)
+        assert got == pytest.approx(naive_lwlrap(preds, target, ignore_index=target[0, 2].item()), rel=1e-12)
+    for ignore_index in (2**63, 2**64, -(2**70)):
+        with pytest.raises(ValueError, match=r"`ignore_index` must fit an int64"):
+            multilabel_lwlrap(preds, target, ignore_index=ignore_index)
+        with pytest.raises(ValueError, match=r"`ignore_index` must fit an int64"):
+            MultilabelLRAP(num_labels=11, ignore_index=ignore_index)
+
+
+def test_an_empty_batch_and_the_sums_under_sub_chunks(monkeypatch):
+    status, sums = _numba_one_pass.one_pass_sums(torch.zeros(0, 5), torch.zeros(0, 5), None, True, "max")
+    assert status == _numba_one_pass.ONE_PASS_OK and [t.shape[0] for t in sums] == [5, 5, 0, 0, 0]
+    # The passes cut a batch with ignored labels into sub-chunks of rows: their blocks differ, the sums agree up to
+    # rounding.
+    monkeypatch.setattr(_engine_config, "NUMBA_CONVERSION_CHUNK_ELEMENTS", 1000)
+    preds, target = make_case(8, 700, 23, ignore_index=-1)
+    one, passes = _one_call(preds, target, "max", -1), _passes(preds, target, "max", -1)
+    torch.testing.assert_close(one.class_precision_sum, passes.class_precision_sum, rtol=1e-14, atol=1e-12)
+    for name in ("class_label_count", "sample_precision_sum", "sample_label_count", "sample_known_count"):
+        assert torch.equal(getattr(one, name), getattr(passes, name)), name
 
 
 def test_positives_at_every_offset_of_the_words():
@@ -138,6 +188,23 @@ def test_a_bad_batch_is_handed_back_to_the_gate(monkeypatch, call, bad):
     assert metric.compute().item() == pytest.approx(naive_lwlrap(good_preds, good_target, ignore_index=-1), rel=1e-12)
 
 
+def test_a_bad_value_in_a_later_chunk_changes_nothing(monkeypatch):
+    calls = _spy(monkeypatch)
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 64 * 100)  # about 100 rows per chunk
+    metric = MultilabelLRAP(num_labels=17)
+    preds, target = make_case(12, 450, 17)
+    metric.update(preds[:50], target[:50].bool())
+    before = (metric.lrap_sum.clone(), metric.weight_sum.clone())
+    bad = target.bool().clone()
+    scores = preds.clone()
+    scores[420, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"contains NaN \(first at index \(420, 3\)\)"):
+        metric.update(scores, bad)
+    assert calls[-1] == _numba_one_pass.ONE_PASS_NAN and calls[-2] == _numba_one_pass.ONE_PASS_OK
+    assert (metric.lrap_sum, metric.weight_sum) == before
+    assert metric.compute().item() == pytest.approx(naive_lrap(preds[:50], target[:50]), rel=1e-12)
+
+
 def test_without_validation_the_pass_agrees_with_the_passes():
     # validate_args=False: nothing is checked; a value other than 0 and 1 is a negative, a NaN score ranks
     # nowhere, on either route (the engine setting forces the chunked passes).
@@ -149,6 +216,12 @@ def test_without_validation_the_pass_agrees_with_the_passes():
     with use_engine("numba", chunk_elements=10**6):
         slow = multilabel_lrap(preds, target, validate_args=False)
     assert fast.item() == slow.item() or (fast.isnan() and slow.isnan())
+    target[2, 5] = -1.0  # ignored, beside a 2.0 that is a negative
+    for ignore_index in (-1, None):
+        fast = multilabel_lwlrap(preds[8:], target[8:], ignore_index=ignore_index, validate_args=False)
+        with use_engine("numba", chunk_elements=10**6):
+            slow = multilabel_lwlrap(preds[8:], target[8:], ignore_index=ignore_index, validate_args=False)
+        assert fast.item() == slow.item()
 
 
 @pytest.mark.parametrize("ties", ["max", "index"])

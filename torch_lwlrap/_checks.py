@@ -71,6 +71,11 @@ def check_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
         raise ValueError(
             f"Argument `ignore_index` must differ from the label values 0 and 1, but got {ignore_index!r}."
         )
+    if not -(2**63) <= ignore_index < 2**63:
+        raise ValueError(
+            f"Argument `ignore_index` must fit an int64 (torch compares tensors with such integers only), but got "
+            f"{ignore_index!r}: mark unknown labels with -1, say."
+        )
     return ignore_index
 
 

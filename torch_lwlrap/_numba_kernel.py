@@ -5,8 +5,8 @@ when numba is importable (``pip install numba``, the ``cpu`` extra). It computes
 paths, row by row, with no ``(N, C)`` temporary:
 
 * Rows are split into blocks of :data:`BLOCK_ROWS`; numba's ``prange`` spreads the blocks over the threads.
-* For each row, the positive labels are found by scanning its target bytes four 8-byte words at a time, bytes only
-  where a word is not 0. A row without a positive costs one read of its target bytes and nothing more.
+* For each row, the positive labels are found by scanning its target bytes four 8-byte words at a time, and the
+  non-zero bytes of a word by its trailing zero bits. A row without a positive costs one read of its target bytes.
 * A row with few positives is *counted*: for each positive ``j`` with score ``s``, one vectorized pass over the row
   counts ``rank = #{k known : s_k >= s}`` (for ``ties="index"``: ``s_k > s``, or ``s_k == s`` and ``k <= j``), and
   ``hits``, the same count over positives, compares ``s`` with the row's ``K`` positive scores only. ``O(K C)`` for
@@ -20,12 +20,14 @@ paths, row by row, with no ``(N, C)`` temporary:
   :func:`torch_lwlrap._numba_counts.label_counts_numba`.
 * The precision ``hits / rank`` is one float64 division of two integers, as on every path. Per-sample sums are
   stored by the thread that owns the row; per-class sums are added per block to a ``(blocks, C)`` float64
-  workspace that torch then sums in block order: the result does not depend on the number of threads.
+  workspace, then summed block after block by a serial compiled loop (:func:`add_block_sums`): the result does not
+  depend on the number of threads.
 
-Integer and float targets (bool ones need nothing) are checked for values other than 0, 1 and ``ignore_index`` and
-turned into the masks of positive and known labels by two small compiled passes (:func:`target_is_bad`,
-:func:`target_masks`), instead of one torch comparison per value: at 20,000 x 527 a float32 target costs the
-value checks and masks about 5 ms instead of about 40.
+This module holds the row helpers and the chunked passes. A 2-D contiguous batch is checked and ranked by the one
+pass of :mod:`torch_lwlrap._numba_one_pass`, with the same helpers; other batches (extra dimensions, strided or
+float16 inputs, a forced chunk size) have their integer and float targets checked for values other than 0, 1 and
+``ignore_index`` and turned into the masks of positive and known labels by two small compiled passes
+(:func:`target_is_bad`, :func:`target_masks`) before :func:`ranking_sums_numba` ranks them.
 
 Scores are compared in their own precision: float16 and bfloat16 rows are widened to float32 (exact, so order and
 ties are kept) a chunk at a time, float32 and float64 are read in place. The first call compiles the kernel (a few
@@ -403,61 +405,71 @@ if numba is not None:
         return total
 
     @serial_kernel(inline="always")
-    def _columns_equal_one(row, words, head, row_byte, log_itemsize, columns):
-        """The columns ``k`` with ``row[k] == 1``, in order, into ``columns``; returns how many.
+    def _nonzero_columns(flags, words, head, row_start, num_classes, columns):
+        """The columns of the non-zero bytes of a row, in order, into ``columns``; returns how many.
 
-        ``row`` is a row of a C-contiguous array of any dtype of ``2**log_itemsize`` bytes (1 to 8), starting at
-        byte ``row_byte`` of its buffer; ``words`` are the buffer's aligned 8-byte words from byte ``head`` on.
-        Labels are sparse: the row is read a word at a time (four at once first), and only the elements of a word
-        that is not 0 are compared with 1, found by the word's trailing zero bits. Elements outside the words (the
-        buffer's first and last few bytes) are compared one at a time. Offsets are multiples of the itemsize:
-        shifts divide them.
+        ``flags`` holds the flag bytes of all rows (a bool target or mask: a positive is any byte that is not 0, as
+        torch reads a bool) and ``words`` its aligned 8-byte words from byte ``head`` on; the row starts at byte
+        ``row_start``. Labels are sparse: the row is read a word at a time (four at once first), and the bytes of
+        a word that is not 0 are found by its trailing zero bits. Bytes outside the words (the buffer's first and
+        last few) are read one at a time.
         """
-        num = row.shape[0]
+        row_stop = row_start + num_classes
         found = 0
-        words_stop = head + 8 * words.shape[0]
-        lead = min(num, max(0, head - row_byte) >> log_itemsize)
-        tail = max(lead, min(num, max(0, words_stop - row_byte) >> log_itemsize))
-        for k in range(lead):
-            if row[k] == 1:
-                columns[found] = k
+        first = min(max(row_start, head), row_stop)  # the row's bytes inside the words: [first, last)
+        last = max(first, min(row_stop, head + 8 * words.shape[0]))
+        for byte in range(row_start, first):
+            if flags[byte]:
+                columns[found] = byte - row_start
                 found += 1
-        if tail > lead:
-            log_bits = 3 + log_itemsize
-            per_word = 8 >> log_itemsize
-            word = (row_byte + (lead << log_itemsize) - head) >> 3
-            word_stop = (row_byte + (tail << log_itemsize) - head + 7) >> 3
-            while word < word_stop:
-                if word + 4 <= word_stop and (words[word] | words[word + 1] | words[word + 2] | words[word + 3]) == 0:
-                    word += 4
-                    continue
-                bits_left = words[word]
-                first = (head + 8 * word - row_byte) >> log_itemsize  # the column of the word's first element
-                while bits_left:
-                    element = np.int64(trailing_zeros(bits_left)) >> log_bits
-                    column = first + element
-                    if column >= 0 and column < num and row[column] == 1:
-                        columns[found] = column
-                        found += 1
-                    if element + 1 >= per_word:
-                        break
-                    shift = np.uint64((element + 1) << log_bits)
-                    bits_left = (bits_left >> shift) << shift
-                word += 1
-        for k in range(tail, num):
-            if row[k] == 1:
-                columns[found] = k
+        word = (first - head) >> 3
+        word_stop = (last - head + 7) >> 3
+        while word < word_stop:
+            if word + 4 <= word_stop and (words[word] | words[word + 1] | words[word + 2] | words[word + 3]) == 0:
+                word += 4
+                continue
+            bits = words[word]
+            base = head + 8 * word
+            while bits:
+                byte = base + (np.int64(trailing_zeros(bits)) >> 3)
+                if byte >= first and byte < last:
+                    columns[found] = byte - row_start
+                    found += 1
+                bits &= ~(np.uint64(0xFF) << np.uint64((byte - base) << 3))
+            word += 1
+        for byte in range(last, row_stop):
+            if flags[byte]:
+                columns[found] = byte - row_start
                 found += 1
         return found
 
     @serial_kernel(inline="always")
     def _positive_columns(flags, words, head, row_start, num_classes, columns):
-        """The columns of a row's positives, in order, into ``columns``; returns how many.
+        """The columns of a row's positives, in order, into ``columns`` (:func:`_nonzero_columns`)."""
+        return _nonzero_columns(flags, words, head, row_start, num_classes, columns)
 
-        ``flags`` holds the 0/1 target bytes of all rows and ``words`` its aligned 8-byte words (starting at byte
-        ``head``); the row starts at byte ``row_start``.
-        """
-        return _columns_equal_one(flags[row_start : row_start + num_classes], words, head, row_start, 0, columns)
+    @serial_kernel(inline="always")
+    def _row_sum(row, krow, has_known, index_ties, columns, num_positives, sort_above, values, acc, counts):
+        """The sum of the precisions of a row's positives (the columns ``columns[:num_positives]``), each added to
+        ``acc`` at its column and counted in ``counts``: counted, or sorted for a row with many positives.
+        ``values`` is a workspace of the row's length."""
+        if num_positives == 0:
+            return 0.0
+        for q in range(num_positives):
+            counts[columns[q]] += 1
+        if num_positives > sort_above:
+            return _sort_row(row, krow, has_known, index_ties, columns, num_positives, acc)
+        for q in range(num_positives):
+            values[q] = row[columns[q]]
+        total = 0.0
+        for q in range(num_positives):
+            j = columns[q]
+            rank = _rank_in_row(row, krow, has_known, index_ties, j)
+            hits = _hits_among_positives(values, num_positives, index_ties, q)
+            precision = hits / rank
+            acc[j] += precision
+            total += precision
+        return total
 
     @parallel_and_serial
     def _rank_rows(
@@ -511,25 +523,9 @@ if numba is not None:
                     num_positives = kept
                 sample_label_counts[i] = num_positives
                 sample_known_counts[i] = num_known
-                if num_positives == 0:
-                    sample_sums[i] = 0.0
-                    continue
-                for q in range(num_positives):
-                    counts[columns[q]] += 1
-                if num_positives > sort_above:
-                    sample_sums[i] = _sort_row(row, krow, has_known, index_ties, columns, num_positives, acc)
-                    continue
-                for q in range(num_positives):
-                    values[q] = row[columns[q]]
-                total = 0.0
-                for q in range(num_positives):
-                    j = columns[q]
-                    rank = _rank_in_row(row, krow, has_known, index_ties, j)
-                    hits = _hits_among_positives(values, num_positives, index_ties, q)
-                    precision = hits / rank
-                    acc[j] += precision
-                    total += precision
-                sample_sums[i] = total
+                sample_sums[i] = _row_sum(
+                    row, krow, has_known, index_ties, columns, num_positives, sort_above, values, acc, counts
+                )
 
     @serial_kernel
     def _add_block_sums(block_sums, block_counts, class_sums, class_counts):

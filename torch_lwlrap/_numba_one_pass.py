@@ -5,7 +5,10 @@ do in three passes (the target's values checked, its masks made, the rows ranked
 target's values and the row's NaN scores are checked, its positives found a word at a time (a target that is not
 bool is first written as a row of bytes, in L1 cache) and its ranks counted, with the row helpers of
 :mod:`torch_lwlrap._numba_kernel`. No ``(N, C)`` mask is made. The class sums are added up per block of rows and then
-block after block, as the passes add them: the sums are the same to the bit, serial or threaded.
+block after block, as the passes add them: serial or threaded, the sums are those of the passes to the bit where
+they rank the chunk in one call (a bool target, or any target without ``ignore_index``), and equal up to float64
+rounding where they cut it into sub-chunks (a target with ignored labels beyond
+:data:`~torch_lwlrap._engine_config.NUMBA_CONVERSION_CHUNK_ELEMENTS` scores).
 
 At 20,000 x 527 with a float32 target (a ``BCEWithLogitsLoss`` loop's) the one pass takes about half the time of
 the three; at 32 x 80 a training loop's ``update`` costs a fraction of what three compiled calls and their
@@ -25,10 +28,8 @@ from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run,
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
     from torch_lwlrap._numba_kernel import (
         _add_block_sums,
-        _columns_equal_one,
-        _hits_among_positives,
-        _rank_in_row,
-        _sort_row,
+        _nonzero_columns,
+        _row_sum,
     )
 
 __all__ = ["ONE_PASS_OK", "ONE_PASS_BAD_TARGET", "ONE_PASS_NAN", "one_pass_sums", "takes_one_pass"]
@@ -59,7 +60,8 @@ def one_pass_sums(preds: Tensor, target: Tensor, ignore, validate: bool, ties: s
     one for the ranks. Training loops call ``update`` every step on batches of 32 to 2048 rows: there the three
     calls and their conversions cost more than the ranking itself. Rows are split into blocks of ``block_rows``
     spread over threads by the runner (:func:`~torch_lwlrap._numba_runtime.run`); the class sums are added up per
-    block and then block after block, as :func:`ranking_sums_numba` adds them: the sums are the same to the bit.
+    block and then block after block, as :func:`~torch_lwlrap._numba_kernel.ranking_sums_numba` adds them (see the
+    module's docstring for where the two agree to the bit).
 
     ``preds`` is a contiguous float32 or float64 ``(N, C)`` CPU tensor and ``target`` a contiguous ``(N, C)`` CPU
     tensor of bool or :data:`TARGET_DTYPES`; ``ignore`` is ``ignore_index`` where the target's dtype holds it, or
@@ -97,7 +99,7 @@ def one_pass_sums(preds: Tensor, target: Tensor, ignore, validate: bool, ties: s
             num_samples * num_classes,
             preds.numpy(),
             labels.view(np.uint8) if target.dtype == torch.bool else labels,
-            ignore if has_ignore else 0,
+            labels.dtype.type(ignore if has_ignore else 0),  # in the target's dtype: any int ignore_index
             has_ignore,
             validate,
             target.dtype != torch.bool,
@@ -158,7 +160,7 @@ if numba is not None:
 
     @parallel_and_serial
     def _rank_batch(
-        scores, target, ignore_index, has_ignore, validate, check_target, index_ties, sort_above, block_rows,
+        scores, target, ignore, has_ignore, validate, check_target, index_ties, sort_above, block_rows,
         block_sums, block_counts, block_status, class_sums, class_counts, sample_sums, sample_label_counts,
         sample_known_counts,
     ):
@@ -171,7 +173,6 @@ if numba is not None:
         flat = target.reshape(-1).view(np.uint8)
         head = min(-flat.ctypes.data % 8, flat.size)
         words = flat[head : head + (flat.size - head) // 8 * 8].view(np.uint64)
-        ignore = target.dtype.type(ignore_index)
         for block in prange(num_blocks):
             acc = block_sums[block]
             counts = block_counts[block]
@@ -188,14 +189,14 @@ if numba is not None:
                     # (a row that stays in L1 cache, scanned a word at a time below) and of its known labels, and
                     # checks its values and the row's scores.
                     bad, num_known = _row_labels(labels, row, ignore, has_ignore, validate, mask, krow)
-                    num_positives = _columns_equal_one(mask, mask_words, 0, 0, 0, columns)
+                    num_positives = _nonzero_columns(mask, mask_words, 0, 0, num_classes, columns)
                 else:
                     bad = np.int32(0)
                     if validate:
                         for k in range(num_classes):
                             bad = np.int32(bad | np.int32(row[k] != row[k]))
                     num_known = np.int32(num_classes)
-                    num_positives = _columns_equal_one(labels, words, head, i * num_classes, 0, columns)
+                    num_positives = _nonzero_columns(flat, words, head, i * num_classes, num_classes, columns)
                 if bad:
                     block_status[block] = 1
                     for k in range(num_classes):  # which check failed: a NaN score first, as the gate reports it
@@ -204,24 +205,9 @@ if numba is not None:
                     break
                 sample_label_counts[i] = num_positives
                 sample_known_counts[i] = num_known
-                if num_positives == 0:
-                    continue
-                for q in range(num_positives):
-                    counts[columns[q]] += 1
-                if num_positives > sort_above:
-                    sample_sums[i] = _sort_row(row, krow, has_ignore, index_ties, columns, num_positives, acc)
-                    continue
-                for q in range(num_positives):
-                    values[q] = row[columns[q]]
-                total = 0.0
-                for q in range(num_positives):
-                    j = columns[q]
-                    rank = _rank_in_row(row, krow, has_ignore, index_ties, j)
-                    hits = _hits_among_positives(values, num_positives, index_ties, q)
-                    precision = hits / rank
-                    acc[j] += precision
-                    total += precision
-                sample_sums[i] = total
+                sample_sums[i] = _row_sum(
+                    row, krow, has_ignore, index_ties, columns, num_positives, sort_above, values, acc, counts
+                )
         for block in range(num_blocks):
             if block_status[block]:
                 return block_status[block]

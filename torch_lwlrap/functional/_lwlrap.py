@@ -78,8 +78,10 @@ def _batch_totals(
     None). The whole batch is checked before the first chunk is ranked (one host-device sync with
     ``validate_args``); chunks of samples bound the workspace whatever the batch size
     (:data:`torch_lwlrap._engine_config.INPUT_CHUNK_BYTES`). On the numba path a batch without sample weights is
-    checked and ranked by one compiled pass over its rows (:func:`~torch_lwlrap._ranking.one_pass_chunks`); a batch
-    that pass hands back goes through the value checks, which raise the error.
+    checked and ranked by one compiled pass over its rows, a chunk at a time
+    (:func:`~torch_lwlrap._ranking.one_pass_chunks`): a chunk is checked as it is ranked, so ``reduce`` must return
+    new values and change nothing (a caller that adds into states in place checks the batch first and passes
+    ``validate_args=False``); a batch that pass hands back goes through the value checks, which raise the error.
     """
     gated = check_batch_structure(preds, target, num_labels, sample_weight)
     numba_path, preds, target, sample_weight = gated
