@@ -96,7 +96,8 @@ def ranking_backend(device, dtype: torch.dtype, engine: Optional[str] = None) ->
         >>> ranking_backend("meta", torch.float32, "auto") is None
         True
     """
-    device = torch.device(device)
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     engine = get_engine() if engine is None else engine
     if engine == "auto":
         candidates = [name for name, home in _HOME_DEVICE.items() if home == device.type]

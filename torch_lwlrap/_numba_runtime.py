@@ -55,7 +55,8 @@ def unavailable_reason(device) -> Optional[str]:
         >>> unavailable_reason("cuda")
         'the numba kernels take CPU tensors, not cuda ones'
     """
-    device = torch.device(device)
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     if device.type != "cpu":
         return f"the numba kernels take CPU tensors, not {device.type} ones"
     if numba is None:

@@ -122,7 +122,11 @@ def _one_pass_chunks(kernel, preds, target, ignore, ties, validate_args) -> Iter
     num_samples = preds.shape[0]
     step = chunk_samples(preds, target, ignore)
     for start in range(0, max(num_samples, 1), step):  # a batch without samples is one empty chunk
-        status, sums = kernel(preds[start : start + step], target[start : start + step], ignore, validate_args, ties)
+        if step < num_samples:  # (a batch in one chunk is passed as it is: slicing costs a training step's update)
+            scores, labels = preds[start : start + step], target[start : start + step]
+        else:
+            scores, labels = preds, target
+        status, sums = kernel(scores, labels, ignore, validate_args, ties)
         yield None if sums is None else RankingSums(*sums)
         if sums is None:
             return
