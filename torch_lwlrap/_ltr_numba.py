@@ -293,26 +293,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         )
 
     @serial_kernel
-    def _centered_ranks(keys, cols, n, ranks):
-        """``ranks[col]``: the average rank of each sorted entry minus ``(n + 1) / 2``; returns the sum of their
-        squares (exact: quarters)."""
-        center = (n + 1) / 2
-        squares = 0.0
-        start = 0
-        while start < n:
-            end = start + 1
-            while end < n and keys[end] == keys[start]:
-                end += 1
-            value = (start + 1 + end) / 2 - center
-            squares += (end - start) * value * value
-            for p in range(start, end):
-                ranks[cols[p]] = value
-            start = end
-        return squares
-
-    @serial_kernel
-    def _products(keys, cols, n, ranks):
-        """``(sum of squares, sum of products with ranks)`` of the centered average ranks of sorted entries."""
+    def _tie_groups(keys, cols, n, ranks, write):
+        """Over the tie groups of sorted entries, the centered average rank ``value`` of each (its average rank
+        minus ``(n + 1) / 2``): ``(sum of squares, sum of products)``. With ``write``, ``ranks[col] = value`` for
+        each entry (the products are 0); else the products ``value * ranks[col]`` with ranks written before.
+        Sums of squares are exact (quarters)."""
         center = (n + 1) / 2
         squares = 0.0
         products = 0.0
@@ -323,8 +308,12 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 end += 1
             value = (start + 1 + end) / 2 - center
             squares += (end - start) * value * value
-            for p in range(start, end):
-                products += value * ranks[cols[p]]
+            if write:
+                for p in range(start, end):
+                    ranks[cols[p]] = value
+            else:
+                for p in range(start, end):
+                    products += value * ranks[cols[p]]
             start = end
         return squares, products
 
@@ -358,12 +347,12 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     keys[j] = _key(bits_a[row, j], nbits)
                     cols[j] = j
                 _sort(keys, cols, num_classes, nbits, tmp_keys, tmp_cols, count)
-                sxx = _centered_ranks(keys, cols, num_classes, ranks_a)
+                sxx = _tie_groups(keys, cols, num_classes, ranks_a, True)[0]
                 for j in range(num_classes):
                     keys[j] = _key(bits_b[row, j], nbits)
                     cols[j] = j
                 _sort(keys, cols, num_classes, nbits, tmp_keys, tmp_cols, count)
-                syy, sxy = _products(keys, cols, num_classes, ranks_a)
+                syy, sxy = _tie_groups(keys, cols, num_classes, ranks_a, False)
                 if sxx > 0 and syy > 0:
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(sxx * syy)))
                     defined[row] = True
