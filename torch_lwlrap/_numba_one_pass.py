@@ -83,36 +83,24 @@ def one_pass_sums(preds: Tensor, target: Tensor, ignore, validate: bool, ties: s
         1
     """
     num_samples, num_classes = preds.shape
-    sums = (
-        np.zeros(num_classes, dtype=np.float64),
-        np.zeros(num_classes, dtype=np.int64),
-        np.zeros(num_samples, dtype=np.float64),
-        np.zeros(num_samples, dtype=np.int64),
-        np.zeros(num_samples, dtype=np.int64),
+    labels = target.numpy()
+    has_ignore = ignore is not None
+    # The kernel allocates its outputs: a training step's update pays for few arguments and no host allocations.
+    status, *sums = run(
+        _rank_batch,
+        num_samples * num_classes,
+        preds.numpy(),
+        labels.view(np.uint8) if target.dtype == torch.bool else labels,
+        labels.dtype.type(ignore if has_ignore else 0),  # in the target's dtype: any int ignore_index
+        has_ignore,
+        validate,
+        target.dtype != torch.bool,
+        ties == "index",
+        sort_min_positives(num_classes),
+        block_rows,
     )
-    if num_samples and num_classes:
-        blocks = -(-num_samples // block_rows)
-        labels = target.numpy()
-        has_ignore = ignore is not None
-        status = run(
-            _rank_batch,
-            num_samples * num_classes,
-            preds.numpy(),
-            labels.view(np.uint8) if target.dtype == torch.bool else labels,
-            labels.dtype.type(ignore if has_ignore else 0),  # in the target's dtype: any int ignore_index
-            has_ignore,
-            validate,
-            target.dtype != torch.bool,
-            ties == "index",
-            sort_min_positives(num_classes),
-            block_rows,
-            np.zeros((blocks, num_classes), dtype=np.float64),
-            np.zeros((blocks, num_classes), dtype=np.int64),
-            np.zeros(blocks, dtype=np.uint8),
-            *sums,
-        )
-        if status != ONE_PASS_OK:
-            return int(status), None
+    if status != ONE_PASS_OK:
+        return int(status), None
     return ONE_PASS_OK, tuple(map(torch.from_numpy, sums))
 
 
@@ -160,16 +148,23 @@ if numba is not None:
 
     @parallel_and_serial
     def _rank_batch(
-        scores, target, ignore, has_ignore, validate, check_target, index_ties, sort_above, block_rows,
-        block_sums, block_counts, block_status, class_sums, class_counts, sample_sums, sample_label_counts,
-        sample_known_counts,
+        scores, target, ignore, has_ignore, validate, check_target, index_ties, sort_above, block_rows
     ):
-        """:func:`one_pass_sums`'s pass into the zeroed sums; returns the status of the first block that stopped
-        (0: none). ``target`` is bool as bytes (``check_target`` False: nothing to check, its words are scanned in
+        """:func:`one_pass_sums`'s pass: ``(status, *sums)``, the status of the first block that stopped (0:
+        none) and the five sums it allocates (zeros where a block stopped). ``target`` is bool as bytes (``check_target`` False: nothing to check, its words are scanned in
         place) or of another dtype. Divides as numpy does (every parallel kernel does): with ``validate`` False a
         NaN score's zero rank gives NaN instead of an error."""
         num_samples, num_classes = scores.shape
-        num_blocks = block_sums.shape[0]
+        num_blocks = (num_samples + block_rows - 1) // block_rows
+        block_sums = np.zeros((num_blocks, num_classes), dtype=np.float64)
+        block_counts = np.zeros((num_blocks, num_classes), dtype=np.int64)
+        block_status = np.zeros(num_blocks, dtype=np.uint8)
+        class_sums = np.zeros(num_classes, dtype=np.float64)
+        class_counts = np.zeros(num_classes, dtype=np.int64)
+        sample_sums = np.zeros(num_samples, dtype=np.float64)
+        sample_label_counts = np.zeros(num_samples, dtype=np.int64)
+        sample_known_counts = np.zeros(num_samples, dtype=np.int64)
+        sums = (class_sums, class_counts, sample_sums, sample_label_counts, sample_known_counts)
         flat = target.reshape(-1).view(np.uint8)
         head = min(-flat.ctypes.data % 8, flat.size)
         words = flat[head : head + (flat.size - head) // 8 * 8].view(np.uint64)
@@ -210,6 +205,6 @@ if numba is not None:
                 )
         for block in range(num_blocks):
             if block_status[block]:
-                return block_status[block]
+                return (np.int64(block_status[block]),) + sums
         _add_block_sums(block_sums, block_counts, class_sums, class_counts)
-        return 0
+        return (np.int64(0),) + sums
