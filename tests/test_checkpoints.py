@@ -21,9 +21,12 @@ from tests.reference import naive_lwlrap
 from tests.reference_ranking import naive_coverage_error, naive_retrieval
 from torch_lwlrap import (
     MultilabelCoverageError,
+    MultilabelKendallDistanceAtK,
     MultilabelLRAP,
     MultilabelLWLRAP,
+    MultilabelNDCG,
     MultilabelOneError,
+    MultilabelRankCorrelation,
     MultilabelRankingLoss,
     MultilabelRankingMetrics,
     MultilabelRetrievalAtK,
@@ -289,6 +292,43 @@ def test_a_matching_checkpoint_resumes_exactly(cls, options, tmp_path):
             torch.testing.assert_close(got[name], value, rtol=1e-12, atol=1e-15)
     else:
         torch.testing.assert_close(got, reference, rtol=1e-12, atol=1e-15)
+
+
+def _score_pairs(num_labels: int, count: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randint(0, 4, (5 + i, num_labels), generator=generator).float(),
+         torch.randint(0, 3, (5 + i, num_labels), generator=generator).float())
+        for i in range(count)
+    ]
+
+
+HOLDERS = [(cls, options, _batches) for cls, options in RESUMES] + [
+    (MultilabelNDCG, dict(num_labels=C, k=3, gain="linear"), _score_pairs),
+    (MultilabelRankCorrelation, dict(num_labels=C, method="kendall"), _score_pairs),
+    (MultilabelKendallDistanceAtK, dict(num_labels=C, k=2), _score_pairs),
+]
+
+
+@pytest.mark.parametrize("cls, options, data", HOLDERS, ids=[f"{c.__name__}-{len(o)}" for c, o, _ in HOLDERS])
+def test_updates_after_loading_write_into_neither_the_checkpoint_nor_another_metric(cls, options, data):
+    # Updates add into the states in place: a state dict the caller still holds, loaded into two metrics, stays as
+    # it was, and each metric counts its own batches only (as if fed without the checkpoint).
+    first, second = data(C, 4, 1), data(C, 3, 2)
+    torch.manual_seed(5)  # a drawn bootstrap seed: the same in every metric
+    held = _fed(_persistent(cls(**options)), first[:2]).state_dict()
+    saved = {name: value.clone() for name, value in held.items()}
+    loaded = []
+    for batches in (first[2:], second):
+        torch.manual_seed(5)
+        metric = _persistent(cls(**options))
+        metric.load_state_dict(held)
+        loaded.append(_fed(metric, batches))
+    assert held.keys() == saved.keys() and all(torch.equal(held[k], saved[k]) for k in held)
+    for metric, batches in zip(loaded, (first, first[:2] + second)):
+        torch.manual_seed(5)
+        for name, value in _states(_fed(cls(**options), batches)).items():
+            assert torch.equal(getattr(metric, name), value), name
 
 
 def test_a_drawn_seed_is_not_taken_over_an_explicit_one():

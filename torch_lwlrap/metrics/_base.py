@@ -179,10 +179,17 @@ class TaggedMetric(Metric):
             return super().forward(*args, **kwargs)
 
     def _add_sums(self, sums: Dict[str, Tensor]) -> None:
-        """Add a batch's sums to the states, out of place: a state made under ``torch.inference_mode()`` (a metric
-        created, reset or used in a validation loop there) cannot be updated in place outside it."""
+        """Add a batch's sums to the states in place (in the state's dtype; a training step's update then spends no
+        time in ``Module.__setattr__``). A state made under ``torch.inference_mode()`` (a metric created, reset or
+        used in a validation loop there) cannot be written outside it: it is replaced by the sum, once, after which
+        it is a normal tensor."""
+        inference = torch.is_inference_mode_enabled()
         for name, value in sums.items():
-            setattr(self, name, getattr(self, name) + value)
+            state = getattr(self, name)
+            if state.is_inference() and not inference:
+                setattr(self, name, state + value)
+            else:
+                state.add_(value)
 
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "TaggedMetric":
         floats = tuple(n for n, d in self._defaults.items() if isinstance(d, Tensor) and d.dtype == torch.float64)
@@ -275,6 +282,12 @@ class TaggedMetric(Metric):
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
+        # Updates add into the states in place (_add_sums): never into the checkpoint's own tensors (a state dict
+        # the caller still holds, or another metric loaded from it).
+        for name in self._defaults:
+            value = getattr(self, name)
+            if isinstance(value, Tensor):
+                setattr(self, name, value.clone())
 
 
 def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Dict[str, Any]:

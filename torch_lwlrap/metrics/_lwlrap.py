@@ -159,13 +159,6 @@ class _Bootstrap:
             self._counter_offset = None
             self._forward_base = None
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        # The replicates are added to in place: never into the checkpoint's own tensors (a state dict the caller
-        # still holds, or another metric loaded from it).
-        for name in self._replicate_names() if self.num_bootstrap else ():
-            setattr(self, name, getattr(self, name).clone())
-
     def _replicate_names(self) -> Tuple[str, ...]:
         return tuple(n for n in self._defaults if n.startswith("bootstrap_") and n != self._counter_name)
 
