@@ -123,16 +123,17 @@ def test_size_arguments_are_checked():
 @pytest.mark.slow
 def test_latency_benchmark_runs_each_case_in_a_fresh_process(tmp_path):
     # A smoke run (no time asserted): every case reports its statistics, in order, and the table is written.
-    run_module("benchmarks.latency", "--quick", "--loads", "idle", "--paths", "numba,torch,sumonly", tmp_path=tmp_path)
+    run_module("benchmarks.latency", "--quick", "--loads", "idle", "--paths", "numba,torch,sumonly", "--sizes",
+               "32x80", tmp_path=tmp_path)
     report = json.loads((tmp_path / "latency.json").read_text())
     cases = {(r["path"], r["threading"], r["rows"], r["classes"], r["loop"]) for r in report["records"]}
-    assert len(cases) == len(report["records"]) == 3 * 2 * 2 * 2  # paths, threadings, sizes, plain and loop
+    assert len(cases) == len(report["records"]) == 3 * 2 * 2  # paths, threadings, plain and loop
     for record in report["records"]:
         assert record["calls"] >= 5
         assert 0 < record["p50"] <= record["p90"] <= record["p99"]
         assert record["torch_threads"] == 1 if record["threading"] == "one" else record["torch_threads"] >= 1
     table = (tmp_path / "latency.md").read_text()
-    assert "| 2048 x 527 | numba |" in table and "## idle, loop" in table and "speed-up" in table
+    assert "| 32 x 80 | numba |" in table and "## idle, loop" in table and "speed-up" in table
     assert "## overhead against a sum-only Metric" in table and "| idle | plain | 32 x 80 | numba | default |" in table
 
 
@@ -150,10 +151,10 @@ def test_latency_benchmark_times_an_earlier_tree_beside_this_one(tmp_path):
 def test_before_after_times_two_trees_side_by_side(tmp_path):
     # A smoke run (no time asserted): each case from both trees (here this one twice), each child importing its own.
     run_module("benchmarks.before_after", "--before", str(ROOT), "--after", str(ROOT), "--rounds", "1", "--calls", "2",
-               "--size", "300x20", tmp_path=tmp_path)
+               "--size", "300x20", "--cases", "lwlrap", "bootstrap", tmp_path=tmp_path)
     report = json.loads((tmp_path / "before_after.json").read_text())
     assert report["size"] == [300, 20]
-    assert set(report["cases"]) == {"lwlrap", "expected", "bootstrap", "ranking_collection"}
+    assert set(report["cases"]) == {"lwlrap", "bootstrap"}  # a function and a metric (each case: two processes)
     for case in report["cases"].values():
         assert case["before_ms"] > 0 and case["after_ms"] > 0 and len(case["runs"]["before"]) == 1
     assert "| case (300 x 20) |" in (tmp_path / "before_after.md").read_text()
