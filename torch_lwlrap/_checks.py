@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -194,11 +194,14 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
     return ignore_index
 
 
-def _target_is_bad(target: Tensor, ignore_index: Optional[int], compiled: bool = False) -> Optional[Tensor]:
+def _target_is_bad(
+    target: Tensor, ignore_index: Optional[int], compiled: bool = False
+) -> Union[None, bool, Tensor]:
     """A 0-dim bool tensor, True when ``target`` holds a value other than 0, 1 and ``ignore_index``.
 
     None for a bool target (always valid). Fast paths, each exact: with ``compiled`` (the numba path ranks the
-    batch), one compiled pass over a CPU target (:func:`torch_lwlrap._numba_kernel.target_is_bad`); an integer
+    batch), one compiled pass over a CPU target (:func:`torch_lwlrap._numba_kernel.target_is_bad`), whose answer is
+    already on the host (a Python bool, no tensor made); an integer
     target whose allowed values form a range needs only its minimum and maximum (one read); otherwise every
     non-zero value must be 1 or ``ignore_index`` (NaN is non-zero and equals nothing).
     """
@@ -207,7 +210,7 @@ def _target_is_bad(target: Tensor, ignore_index: Optional[int], compiled: bool =
     ignore = _ignore_value(target, ignore_index)
     helpers = _dispatch.target_helpers(target) if compiled else None
     if helpers is not None:
-        return torch.tensor(helpers.target_is_bad(target, ignore))  # a CPU tensor: no sync
+        return bool(helpers.target_is_bad(target, ignore))
     allowed = {0, 1} if ignore is None else {0, 1, ignore}
     if not target.is_floating_point() and max(allowed) - min(allowed) + 1 == len(allowed):
         low, high = torch.aminmax(target)
@@ -247,14 +250,17 @@ def _check_values(
     if preds.numel() and check_scores:
         # The minimum is NaN exactly when a score is NaN: one vectorized read of the scores.
         flags.append(torch.isnan(torch.aminmax(preds)[0]))
+    bad_on_host = False
     if target.numel():
         bad_target = _target_is_bad(target, ignore_index, compiled)
-        if bad_target is not None:
+        if isinstance(bad_target, bool):
+            bad_on_host = bad_target
+        elif bad_target is not None:
             flags.append(bad_target)
     if sample_weight is not None and sample_weight.numel():
         flags += [torch.isnan(sample_weight).any(), (sample_weight < 0).any(), torch.isinf(sample_weight).any()]
-    if not flags or not torch.stack(flags).any().item():  # the one sync
-        return
+    if not bad_on_host and (not flags or not (torch.stack(flags).any() if len(flags) > 1 else flags[0]).item()):
+        return  # (the one sync)
     if check_scores and torch.isnan(preds).any():
         raise nan_scores_error(preds)
     bad_target = (target != 0) & (target != 1)
