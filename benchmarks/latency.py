@@ -7,7 +7,9 @@ takes without numba; torchmetrics' ``MultilabelRankingAveragePrecision`` beside 
 ``torchmetrics.Metric`` whose ``update`` only sums its batch into two ``(C,)`` states: the framework's floor for an
 ``update``, against which the overhead table sets the default path) and each threading (the
 default, and one thread: ``NUMBA_NUM_THREADS=1``, ``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``), a fresh
-process warms up and then times single ``update`` calls: mean, p50, p90 and p99 in milliseconds.
+process warms up and then times single ``update`` calls: mean, p50, p90 and p99 in milliseconds. ``--call forward``
+times ``metric(preds, target)`` instead, as a training step calls it (torchmetrics' forward: the batch's own value
+besides the accumulated states).
 
 "busy" runs every case while one busy-looping process per core (``os.sched_getaffinity``) runs beside it; the
 script starts them, bounds them (they stop by themselves after ``--busy-limit`` seconds) and stops them.
@@ -58,8 +60,11 @@ MATMUL = (1024, 1024, 527)
 _BUSY_LOOP = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
 
 
-def _child(path: str, threading: str, num_samples: int, num_classes: int, seconds: float, loop: str) -> Dict:
-    """Time ``update`` in this (fresh) process; returns the per-call statistics in milliseconds."""
+def _child(
+    path: str, threading: str, num_samples: int, num_classes: int, seconds: float, loop: str, call: str = "update"
+) -> Dict:
+    """Time ``update`` (or, with ``call="forward"``, ``metric(preds, target)`` as a training step calls it) in this
+    (fresh) process; returns the per-call statistics in milliseconds."""
     import torch
 
     if threading == "one":
@@ -92,10 +97,11 @@ def _child(path: str, threading: str, num_samples: int, num_classes: int, second
         from torch_lwlrap import MultilabelLWLRAP
 
         metric = MultilabelLWLRAP(num_labels=num_classes)
+    step_call = metric.update if call == "update" else metric
     warm_until = time.perf_counter() + seconds
     for step, (preds, target) in enumerate(batches * 2):  # warm up: compile (or load numba's cache), allocate
         model()
-        metric.update(preds, target)
+        step_call(preds, target)
         if step >= 1 and time.perf_counter() > warm_until:
             break
     times: List[float] = []
@@ -107,7 +113,7 @@ def _child(path: str, threading: str, num_samples: int, num_classes: int, second
         preds, target = batches[len(times) % len(batches)]
         model()
         start = time.perf_counter()
-        metric.update(preds, target)
+        step_call(preds, target)
         times.append((time.perf_counter() - start) * 1e3)
     times.sort()
 
@@ -121,6 +127,7 @@ def _child(path: str, threading: str, num_samples: int, num_classes: int, second
         "p90": quantile(0.9),
         "p99": quantile(0.99),
         "torch_threads": torch.get_num_threads(),
+        "call": "update" if getattr(metric, "_forward_cache", None) is None else "forward",  # what ran
         "source": None if torch_lwlrap is None else torch_lwlrap.__file__,
     }
 
@@ -149,7 +156,14 @@ def _sum_only_metric(num_classes: int):
 
 
 def run_case(
-    path: str, threading: str, num_samples: int, num_classes: int, seconds: float, loop: str = "plain", source=ROOT
+    path: str,
+    threading: str,
+    num_samples: int,
+    num_classes: int,
+    seconds: float,
+    loop: str = "plain",
+    source=ROOT,
+    call: str = "update",
 ) -> Dict:
     """One case in a fresh process, importing torch_lwlrap from the tree under ``source``."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), str(ROOT)]))
@@ -158,7 +172,7 @@ def run_case(
         env["TORCH_LWLRAP_ENGINE"] = "count"  # the torch path "auto" takes on the CPU without numba, for these labels
     if threading == "one":
         env.update(NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    args = [path, threading, str(num_samples), str(num_classes), str(seconds), loop]
+    args = [path, threading, str(num_samples), str(num_classes), str(seconds), loop, call]
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "latency.py"), "--child", *args],
         cwd=ROOT,
@@ -201,7 +215,7 @@ def _ratio(a: float, b: float) -> str:
 
 
 def format_tables(records: List[Dict], meta: Dict) -> str:
-    lines = ["# update latency, per call (ms)", ""]
+    lines = [f"# {meta.get('call', 'update')} latency, per call (ms)", ""]
     lines.append(
         f"Machine: {meta['cpu']} ({meta['cores']} cores), torch {meta['torch']}, numba {meta['numba']}, "
         f"torchmetrics {meta['torchmetrics']}; {meta['date']}; load average {meta.get('loadavg', '?')} before the "
@@ -264,21 +278,23 @@ def format_tables(records: List[Dict], meta: Dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="two sizes, short runs: a smoke test")
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per case (default 1)")
     parser.add_argument("--loads", default="idle,busy", help="comma-separated: idle, busy")
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated: numba, torch, torchmetrics, sumonly")
     parser.add_argument("--loops", default=",".join(LOOPS), help="comma-separated: plain, loop (a matmul before each "
                         "update)")
+    parser.add_argument("--call", choices=["update", "forward"], default="update", help="what is timed: update "
+                        "(default), or forward, metric(preds, target) as a training step calls it")
     parser.add_argument("--sizes", default=None, help="comma-separated NxC, replacing the default sizes")
     parser.add_argument("--before", type=Path, default=None, help="an earlier torch_lwlrap source tree to time too")
     parser.add_argument("--busy-limit", type=float, default=1800, help="seconds after which busy processes stop")
     parser.add_argument("--out", type=Path, default=SCRATCH_DIR, help=f"output folder (default {SCRATCH_DIR})")
     args = parser.parse_args(argv)
     if args.child:
-        path, threading, rows, classes, seconds, loop = args.child
-        print(json.dumps(_child(path, threading, int(rows), int(classes), float(seconds), loop)))
+        path, threading, rows, classes, seconds, loop, call = args.child
+        print(json.dumps(_child(path, threading, int(rows), int(classes), float(seconds), loop, call)))
         return 0
 
     import numba
@@ -299,6 +315,7 @@ def main(argv=None) -> int:
         "loadavg": _loadavg(),
         "after": str(ROOT),
         "before": str(args.before.resolve()) if args.before else None,
+        "call": args.call,
     }
     sizes = [(32, 80), (2048, 527)] if args.quick else SIZES
     if args.sizes:
@@ -318,7 +335,7 @@ def main(argv=None) -> int:
                 for tree, source in trees if len(records) % 2 == 0 else trees[::-1]:  # alternate which goes first
                     if tree == "before" and path in ("torchmetrics", "sumonly"):
                         continue
-                    result = run_case(path, threading, rows, classes, seconds, loop, source)
+                    result = run_case(path, threading, rows, classes, seconds, loop, source, args.call)
                     record = dict(load=load, path=path, threading=threading, rows=rows, classes=classes, loop=loop,
                                   tree=tree, **result)
                     records.append(record)

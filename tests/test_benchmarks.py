@@ -139,12 +139,15 @@ def test_latency_benchmark_runs_each_case_in_a_fresh_process(tmp_path):
 
 @pytest.mark.slow
 def test_latency_benchmark_times_an_earlier_tree_beside_this_one(tmp_path):
-    # --before: the same cases from another source tree (here this one again), each child importing from its tree.
-    args = ["--quick", "--loads", "idle", "--paths", "numba", "--loops", "loop", "--sizes", "32x80"]
+    # --before: the same cases from another source tree (here this one again), each child importing from its tree;
+    # --call forward: each times metric(preds, target), as a training step calls it.
+    args = ["--quick", "--loads", "idle", "--paths", "numba", "--loops", "loop", "--sizes", "32x80", "--call", "forward"]
     run_module("benchmarks.latency", *args, "--before", str(ROOT), tmp_path=tmp_path)
     report = json.loads((tmp_path / "latency.json").read_text())
     assert sorted(r["tree"] for r in report["records"]) == ["after", "after", "before", "before"]
-    assert "before: default mean" in (tmp_path / "latency.md").read_text()
+    assert report["metadata"]["call"] == "forward" and {r["call"] for r in report["records"]} == {"forward"}
+    table = (tmp_path / "latency.md").read_text()
+    assert "before: default mean" in table and table.startswith("# forward latency")
 
 
 @pytest.mark.slow
