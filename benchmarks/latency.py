@@ -19,6 +19,8 @@ script starts them, bounds them (they stop by themselves after ``--busy-limit`` 
 threads); only ``update`` is timed. torch's OpenMP threads are still spinning when ``update`` starts, which is
 what a decision read from host-wide load counters took for other processes' load. "plain" calls ``update`` back to
 back. The tables give the speed-up of the default threading over one thread (one thread's time over the default's).
+The header gives the CPU time torch's OpenMP threads spin after that matmul (measured in a fresh process);
+``--omp-wait-policy passive`` runs every case with ``OMP_WAIT_POLICY=PASSIVE``, under which they sleep instead.
 
 ``--before DIR`` times the torch_lwlrap source tree under ``DIR`` too (a ``git worktree`` of an earlier commit),
 case by case in alternation with this checkout, and puts the two side by side.
@@ -41,7 +43,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a script (the children are, so that torch_lwlrap may come from another tree)
@@ -155,6 +157,56 @@ def _sum_only_metric(num_classes: int):
     return SumOnly()
 
 
+def _child_environment(source, wait_policy: str) -> Dict[str, str]:
+    """The environment of a child: torch_lwlrap from ``source``; ``OMP_WAIT_POLICY`` unset, or set to
+    ``wait_policy`` (torch's OpenMP threads read it when torch loads)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), str(ROOT)]))
+    env.pop("OMP_WAIT_POLICY", None)
+    if wait_policy != "unset":
+        env["OMP_WAIT_POLICY"] = wait_policy.upper()
+    return env
+
+
+def _spin_child() -> Dict:
+    """The CPU time torch's other threads (its OpenMP workers) take in the 100 ms after the loop's matmul, without
+    work: their spin-wait, which shares the cores with a parallel pass run right after. Medians of 8, in ms (None
+    where ``/proc/self/task/*/schedstat`` cannot be read)."""
+    import torch
+
+    def cpu_ns() -> Dict[str, int]:
+        times = {}
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                times[tid] = int(stat.read().split()[0])
+        return times
+
+    rows, features, classes = MATMUL
+    embeddings, head = torch.randn(rows, features), torch.randn(features, classes)
+    main_thread, spins = str(os.getpid()), []
+    try:
+        for step in range(11):
+            embeddings.matmul(head)
+            before = cpu_ns()
+            time.sleep(0.1)
+            after = cpu_ns()
+            if step >= 3:  # warmed up
+                spins.append(sum(t - before.get(tid, 0) for tid, t in after.items() if tid != main_thread) / 1e6)
+    except OSError:
+        return {"spin_ms": None}
+    return {"spin_ms": statistics.median(spins)}
+
+
+def torch_spin_ms(wait_policy: str = "unset") -> Optional[float]:
+    """:func:`_spin_child` in a fresh process under ``wait_policy``."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "latency.py"), "--spin"], cwd=ROOT,
+        env=_child_environment(ROOT, wait_policy), capture_output=True, text=True, timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the spin measurement failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["spin_ms"]
+
+
 def run_case(
     path: str,
     threading: str,
@@ -164,9 +216,10 @@ def run_case(
     loop: str = "plain",
     source=ROOT,
     call: str = "update",
+    wait_policy: str = "unset",
 ) -> Dict:
     """One case in a fresh process, importing torch_lwlrap from the tree under ``source``."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), str(ROOT)]))
+    env = _child_environment(source, wait_policy)
     env.pop("TORCH_LWLRAP_ENGINE", None)
     if path == "torch":
         env["TORCH_LWLRAP_ENGINE"] = "count"  # the torch path "auto" takes on the CPU without numba, for these labels
@@ -222,6 +275,12 @@ def format_tables(records: List[Dict], meta: Dict) -> str:
         f"run. Each case in a fresh process; busy: one busy-looping process per core beside it; loop: a "
         f"{MATMUL[0]} x {MATMUL[1]} @ {MATMUL[1]} x {MATMUL[2]} matmul before each update (untimed)."
     )
+    if meta.get("torch_spin_ms") is not None:
+        lines.append(
+            f"OMP_WAIT_POLICY {meta.get('omp_wait_policy', 'unset')}: after the loop's matmul torch's OpenMP "
+            f"threads take {meta['torch_spin_ms']:.1f} ms of CPU in the next 100 ms (their spin-wait; median of 8), "
+            f"sharing the cores with the update that follows."
+        )
     if meta.get("before"):
         lines.append(f"Trees: after = {meta['after']}, before = {meta['before']}, alternating case by case.")
     key = lambda r: (r.get("tree", "after"), r["load"], r.get("loop", "plain"), r["path"], r["threading"], r["rows"],
@@ -279,6 +338,7 @@ def format_tables(records: List[Dict], meta: Dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
+    parser.add_argument("--spin", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="two sizes, short runs: a smoke test")
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per case (default 1)")
     parser.add_argument("--loads", default="idle,busy", help="comma-separated: idle, busy")
@@ -287,6 +347,8 @@ def main(argv=None) -> int:
                         "update)")
     parser.add_argument("--call", choices=["update", "forward"], default="update", help="what is timed: update "
                         "(default), or forward, metric(preds, target) as a training step calls it")
+    parser.add_argument("--omp-wait-policy", choices=["unset", "passive", "active"], default="unset",
+                        help="OMP_WAIT_POLICY of every case's process (default: unset, torch's own spin-wait)")
     parser.add_argument("--sizes", default=None, help="comma-separated NxC, replacing the default sizes")
     parser.add_argument("--before", type=Path, default=None, help="an earlier torch_lwlrap source tree to time too")
     parser.add_argument("--busy-limit", type=float, default=1800, help="seconds after which busy processes stop")
@@ -295,6 +357,9 @@ def main(argv=None) -> int:
     if args.child:
         path, threading, rows, classes, seconds, loop, call = args.child
         print(json.dumps(_child(path, threading, int(rows), int(classes), float(seconds), loop, call)))
+        return 0
+    if args.spin:
+        print(json.dumps(_spin_child()))
         return 0
 
     import numba
@@ -316,6 +381,8 @@ def main(argv=None) -> int:
         "after": str(ROOT),
         "before": str(args.before.resolve()) if args.before else None,
         "call": args.call,
+        "omp_wait_policy": args.omp_wait_policy,
+        "torch_spin_ms": torch_spin_ms(args.omp_wait_policy),
     }
     sizes = [(32, 80), (2048, 527)] if args.quick else SIZES
     if args.sizes:
@@ -335,7 +402,8 @@ def main(argv=None) -> int:
                 for tree, source in trees if len(records) % 2 == 0 else trees[::-1]:  # alternate which goes first
                     if tree == "before" and path in ("torchmetrics", "sumonly"):
                         continue
-                    result = run_case(path, threading, rows, classes, seconds, loop, source, args.call)
+                    result = run_case(path, threading, rows, classes, seconds, loop, source, args.call,
+                                      args.omp_wait_policy)
                     record = dict(load=load, path=path, threading=threading, rows=rows, classes=classes, loop=loop,
                                   tree=tree, **result)
                     records.append(record)

@@ -135,19 +135,24 @@ def test_latency_benchmark_runs_each_case_in_a_fresh_process(tmp_path):
     table = (tmp_path / "latency.md").read_text()
     assert "| 32 x 80 | numba |" in table and "## idle, loop" in table and "speed-up" in table
     assert "## overhead against a sum-only Metric" in table and "| idle | plain | 32 x 80 | numba | default |" in table
+    spin = report["metadata"]["torch_spin_ms"]  # torch's threads' spin after the loop's matmul (None off Linux)
+    assert spin is None or (spin >= 0 and "OMP_WAIT_POLICY unset: after the loop's matmul" in table)
 
 
 @pytest.mark.slow
 def test_latency_benchmark_times_an_earlier_tree_beside_this_one(tmp_path):
     # --before: the same cases from another source tree (here this one again), each child importing from its tree;
     # --call forward: each times metric(preds, target), as a training step calls it.
-    args = ["--quick", "--loads", "idle", "--paths", "numba", "--loops", "loop", "--sizes", "32x80", "--call", "forward"]
+    # --omp-wait-policy: every child (and the spin measurement) under OMP_WAIT_POLICY=PASSIVE.
+    args = ["--quick", "--loads", "idle", "--paths", "numba", "--loops", "loop", "--sizes", "32x80", "--call", "forward",
+            "--omp-wait-policy", "passive"]
     run_module("benchmarks.latency", *args, "--before", str(ROOT), tmp_path=tmp_path)
     report = json.loads((tmp_path / "latency.json").read_text())
     assert sorted(r["tree"] for r in report["records"]) == ["after", "after", "before", "before"]
     assert report["metadata"]["call"] == "forward" and {r["call"] for r in report["records"]} == {"forward"}
     table = (tmp_path / "latency.md").read_text()
     assert "before: default mean" in table and table.startswith("# forward latency")
+    assert report["metadata"]["omp_wait_policy"] == "passive" and "OMP_WAIT_POLICY passive: after" in table
 
 
 @pytest.mark.slow
