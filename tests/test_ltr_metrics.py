@@ -165,6 +165,22 @@ def test_rank_correlation_equals_scipy_per_row(engine, method, case):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", ["spearman", "kendall"])
+def test_rank_correlation_of_long_rows_equals_scipy(engine, dtype, method):
+    """Rows long enough for the radix sorts (both key widths), with 150 to 527 distinct values (the unrolled trie of
+    the Kendall counts) and with many ties, against scipy."""
+    cases = [distinct_rows(8, n=6, c=527, dtype=dtype), tied_rows(9, n=8, c=300, levels=150, dtype=dtype),
+             tied_rows(10, n=8, c=400, levels=1000, dtype=dtype)]
+    a, b = distinct_rows(11, n=6, c=200, dtype=dtype)
+    cases.append((a, torch.where(b > 0, b, -a)))  # mixed signs, partly ordered against a
+    for a, b in cases:
+        expected, _ = scipy_mean(a, b, method)
+        with use_engine(engine):
+            close(multilabel_rank_correlation(a, b, method=method), expected, f"{dtype} {method} {a.shape}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_low_precision_scores_rank_as_their_values(engine, dtype):
     a, b = tied_rows(5, c=60, levels=300, dtype=dtype)
