@@ -260,7 +260,16 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 c = digits[d]
                 digits[d] = total
                 total += c
-            if moved:
+            # The top digit (the sign and the exponent's high bits) takes a few values, and consecutive entries often
+            # share its counter: its pass runs a copy of the loop, so that the processor's guess that a counter's
+            # load waits for the store before it (made there) does not slow the other passes (about 1.2 times as
+            # fast in all).
+            if p == 3:
+                if moved:
+                    _scatter_packed_top(tmp, items, n, digits, s)
+                else:
+                    _scatter_packed_top(items, tmp, n, digits, s)
+            elif moved:
                 _scatter_packed(tmp, items, n, digits, s)
             else:
                 _scatter_packed(items, tmp, n, digits, s)
@@ -271,6 +280,16 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     @serial_kernel
     def _scatter_packed(src, dst, n, digits, s):
         """One pass of :func:`_sort_packed`: each word to the next place of its digit (``digits[digit]``)."""
+        for j in range(n):
+            item = src[j]
+            d = (item >> s) & _DIGIT_MASK
+            at = digits[d]
+            dst[np.uint64(at)] = item
+            digits[d] = at + np.uint32(1)
+
+    @serial_kernel
+    def _scatter_packed_top(src, dst, n, digits, s):
+        """:func:`_scatter_packed`, a copy for the top digit's pass (see :func:`_sort_packed`)."""
         for j in range(n):
             item = src[j]
             d = (item >> s) & _DIGIT_MASK
