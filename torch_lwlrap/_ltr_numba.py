@@ -228,12 +228,23 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             count[d] = at + 1
 
     @serial_kernel
+    def _count_key(count, key):
+        """Add a 32-bit key to the four histograms of :func:`_sort_packed` (the callers do as they write the words,
+        in the same read)."""
+        count[0, key & np.uint32(0xFF)] += np.uint32(1)
+        count[1, (key >> np.uint32(8)) & np.uint32(0xFF)] += np.uint32(1)
+        count[2, (key >> np.uint32(16)) & np.uint32(0xFF)] += np.uint32(1)
+        count[3, key >> np.uint32(24)] += np.uint32(1)
+
+    @serial_kernel
     def _sort_packed(items, n, tmp, count):
         """Sort ``items[:n]``, 64-bit words ``key << 32 | payload`` of 32-bit keys, ascending by key, stably:
         four passes of 8 bits over the upper half, a pass skipped when all of the keys share its digit. ``count``:
-        ``(4, 256)``. One word moves per entry and pass (half the loads and stores of separate keys and columns,
-        and unsigned indices: no wrap-around tests), about 1.4 times as fast as :func:`_sort`. The callers' payloads
-        never decrease in the input order, so the result is also the words' ascending order."""
+        ``(4, 256)``, the histograms of the keys' digits (:func:`_count_key`, from zero). Returns ``(sorted, spare)``:
+        the array that holds the result (``items`` or ``tmp``) and the other. One word moves per entry and pass (half the loads and stores of
+        separate keys and columns, and unsigned indices: no wrap-around tests), about 1.4 times as fast as
+        :func:`_sort`. The callers' payloads never decrease in the input order, so the result is also the words'
+        ascending order."""
         if n <= INSERTION_MAX:
             for i in range(1, n):
                 item = items[i]
@@ -242,15 +253,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     items[j + 1] = items[j]
                     j -= 1
                 items[j + 1] = item
-            return
-        count[:] = 0
-        c0, c1, c2, c3 = count[0], count[1], count[2], count[3]
-        for j in range(n):  # every pass's histogram in one read
-            key = np.uint32(items[j] >> np.uint64(32))
-            c0[key & np.uint32(0xFF)] += np.uint32(1)
-            c1[(key >> np.uint32(8)) & np.uint32(0xFF)] += np.uint32(1)
-            c2[(key >> np.uint32(16)) & np.uint32(0xFF)] += np.uint32(1)
-            c3[key >> np.uint32(24)] += np.uint32(1)
+            return items, tmp
         moved = False  # True: the entries are in tmp
         for p in range(4):
             s = np.uint64(32 + DIGIT_BITS * p)
@@ -276,8 +279,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             else:
                 _scatter_packed(items, tmp, n, digits, s)
             moved = not moved
-        if moved:
-            items[:n] = tmp[:n]
+        return (tmp, items) if moved else (items, tmp)
 
     @serial_kernel
     def _scatter_packed(src, dst, n, digits, s):
@@ -301,15 +303,18 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _sorted_words(keys, payload, n, nbits, work):
-        """``work[7][:n]``: the words ``rank << 32 | payload[j]`` of ``keys[:n]`` sorted ascending, stably, where
-        ``rank`` orders as the key (the key itself for 32-bit keys; the dense rank of a 64-bit key, sorted by
-        :func:`_sort` first). ``payload``: None for the column ``j``."""
+        """``(sorted, spare)``: the words ``rank << 32 | payload[j]`` of ``keys[:n]`` sorted ascending, stably, and the
+        other of ``work[7]`` and ``work[8]``, where ``rank`` orders as the key (the key itself for 32-bit keys; the dense rank of a 64-bit
+        key, sorted by :func:`_sort` first). ``payload``: None for the column ``j``."""
         items = work[7]
         if nbits == 32:
+            count = work[9]
+            count[:] = 0
             for j in range(n):
-                items[j] = (np.uint64(keys[j]) << np.uint64(32)) | np.uint64(j if payload is None else payload[j])
-            _sort_packed(items, n, work[8], work[9])
-            return items
+                key = np.uint32(keys[j])
+                items[j] = (np.uint64(key) << np.uint64(32)) | np.uint64(j if payload is None else payload[j])
+                _count_key(count, key)
+            return _sort_packed(items, n, work[8], count)
         sorted_keys, cols = work[0], work[1]
         for j in range(n):
             sorted_keys[j] = keys[j]
@@ -320,7 +325,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             rank += np.uint64(p > 0 and sorted_keys[p] != sorted_keys[p - 1])
             j = cols[p]
             items[p] = (rank << np.uint64(32)) | np.uint64(j if payload is None else payload[j])
-        return items
+        return items, work[8]
 
     @serial_kernel
     def _inversions(sequence, n, rank, work):
@@ -392,19 +397,30 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         """``(dis, xtie, ytie, ntie)`` of the keys ``[:n]`` of two rows (see the module's docstring)."""
         perm_keys, dense = work[10], work[5]
         # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
-        items = _sorted_words(keys_b, None, n, nbits, work)
+        items, words = _sorted_words(keys_b, None, n, nbits, work)
         ytie = 0
         rank = 0
         start = 0
+        if nbits == 32:  # the words of x written here, in y's order (in the spare array), and their histograms
+            count = work[9]
+            count[:] = 0
         for p in range(n):
             new = p == 0 or (items[p] ^ items[p - 1]) >> np.uint64(32) != 0
             rank += new
             start = p if new else start
             ytie += p - start
-            dense[p] = rank
-            perm_keys[p] = keys_a[np.int64(items[p] & _LOW)]
+            key = keys_a[np.int64(items[p] & _LOW)]
+            if nbits == 32:
+                words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(rank)
+                _count_key(count, np.uint32(key))
+            else:
+                dense[p] = rank
+                perm_keys[p] = key
         # x: sorted from y's order (stable: by x, then y), carrying y's dense rank.
-        items = _sorted_words(perm_keys, dense, n, nbits, work)
+        if nbits == 32:
+            items = _sort_packed(words, n, items, count)[0]
+        else:
+            items = _sorted_words(perm_keys, dense, n, nbits, work)[0]
         sequence = work[1]
         xtie = 0
         ntie = 0
@@ -493,9 +509,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                         defined[row] = True
                     continue
                 # Four times the sums of squares and products of the centered average ranks: exact integers.
-                sxx = _rank_sums(_sorted_words(keys_a, None, num_classes, nbits, work), num_classes, ends, ranks_a,
-                                 True)[0]
-                syy, sxy = _rank_sums(_sorted_words(keys_b, None, num_classes, nbits, work), num_classes, ends,
+                sxx = _rank_sums(_sorted_words(keys_a, None, num_classes, nbits, work)[0], num_classes, ends,
+                                 ranks_a, True)[0]
+                syy, sxy = _rank_sums(_sorted_words(keys_b, None, num_classes, nbits, work)[0], num_classes, ends,
                                       ranks_a, False)
                 if sxx > 0 and syy > 0:
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
