@@ -460,8 +460,24 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         """Over sorted words (:func:`_sorted_words`), twice the centered average rank ``r`` of each entry (its
         group of equal keys ``[start, end)`` gives ``start + end - n``): ``(sum of r * r, sum of products)``. With
         ``first``, ``ranks[column] = r`` for each entry (the products are 0); else the products ``r *
-        ranks[column]`` with ranks written before. Integers, branch-free: ``ends`` takes each entry's group end in
-        a backward pass."""
+        ranks[column]`` with ranks written before. Integers, branch-free: without ties (a first, vectorized read
+        tells) ``r = 2 p + 1 - n`` at position ``p``; else ``ends`` takes each entry's group end in a backward
+        pass."""
+        tied = False
+        for p in range(1, n):
+            tied |= (items[p] ^ items[p - 1]) >> np.uint64(32) == 0
+        if not tied:
+            squares = 0
+            products = 0
+            for p in range(n):
+                r = 2 * p + 1 - n
+                squares += r * r
+                col = np.int64(items[p] & _LOW)
+                if first:
+                    ranks[col] = r
+                else:
+                    products += r * ranks[col]
+            return squares, products
         end = n
         for p in range(n - 1, 0, -1):
             ends[p] = end
