@@ -15,8 +15,9 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   that the same words follow. Tied scores keep their column order. No comparison sort: several times faster than
   ``torch.argsort`` here.
 * Spearman's rho: twice the average ranks of both rows, centered on ``(C + 1) / 2`` (integers: the sums of squares
-  and products are exact, in int64), each entry's tie group found branch-free (its end in a backward pass, its
-  start in the forward one), ``sxy`` read in the order of ``y``; ``sxy / sqrt(sxx syy)``.
+  and products are exact, in int64): ``2 p + 1 - C`` at sorted position ``p`` in a row without ties, else each
+  entry's tie group found branch-free (its end in a backward pass, its start in the forward one); ``sxy`` read in
+  the order of ``y``; ``sxy / sqrt(sxx syy)``.
 * Kendall's tau-b: the counts of scipy's ``kendalltau``. ``y`` is sorted first (its dense ranks and tied pairs);
   ``x`` is then sorted starting from ``y``'s order, so that the stable sort orders the labels by ``(x, y)`` and
   carries ``y``'s dense rank along: pairs tied in ``x`` are never inversions of that sequence, pairs tied in both
@@ -241,11 +242,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     def _sort_packed(items, n, tmp, count):
         """Sort ``items[:n]``, 64-bit words ``key << 32 | payload`` of 32-bit keys, ascending by key, stably:
         four passes of 8 bits over the upper half, a pass skipped when all of the keys share its digit. ``count``:
-        ``(4, 256)``, the histograms of the keys' digits (:func:`_count_key`, from zero). Returns ``(sorted, spare)``:
-        the array that holds the result (``items`` or ``tmp``) and the other. One word moves per entry and pass (half the loads and stores of
-        separate keys and columns, and unsigned indices: no wrap-around tests), about 1.4 times as fast as
-        :func:`_sort`. The callers' payloads never decrease in the input order, so the result is also the words'
-        ascending order."""
+        ``(4, 256)``, the histograms of the keys' digits (:func:`_count_key`, from zero). Returns ``(sorted,
+        spare)``: the array that holds the result (``items`` or ``tmp``) and the other. One word moves per entry and
+        pass (half the loads and stores of separate keys and columns, and unsigned indices: no wrap-around tests),
+        about 1.4 times as fast as :func:`_sort`. The callers' payloads never decrease in the input order, so the
+        result is also the words' ascending order."""
         if n <= INSERTION_MAX:
             for i in range(1, n):
                 item = items[i]
@@ -304,9 +305,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _sorted_words(keys, payload, n, nbits, work):
-        """``(sorted, spare)``: the words ``rank << 32 | payload[j]`` of ``keys[:n]`` sorted ascending, stably, and the
-        other of ``work[7]`` and ``work[8]``, where ``rank`` orders as the key (the key itself for 32-bit keys; the dense rank of a 64-bit
-        key, sorted by :func:`_sort` first). ``payload``: None for the column ``j``."""
+        """``(sorted, spare)``: the words ``rank << 32 | payload[j]`` of ``keys[:n]`` sorted ascending, stably, and
+        the other of ``work[7]`` and ``work[8]``, where ``rank`` orders as the key (the key itself for 32-bit keys;
+        the dense rank of a 64-bit key, sorted by :func:`_sort` first). ``payload``: None for the column ``j``."""
         items = work[7]
         if nbits == 32:
             count = work[9]
@@ -358,8 +359,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         """:func:`_inversions` over ``digits`` 2-bit digits: each node is one word of four 16-bit counters, counter
         ``k < 3`` the values read so far whose digit there is above ``k``. A value with digit ``x`` reads counter
         ``x`` (the fourth stays 0) and adds one to the counters below ``x`` (``_BELOW[x]``): one load and store per
-        digit (about 1.8 times as fast as a binary trie). :data:`INVERSION_DIGITS` digits (ranks from 256 to 1023) are unrolled
-        (about 1.2 times as fast as the loop)."""
+        digit (about 1.8 times as fast as a binary trie). :data:`INVERSION_DIGITS` digits (ranks from 256 to 1023)
+        are unrolled (about 1.2 times as fast as the loop)."""
         if digits == INVERSION_DIGITS:
             return _inversions_4ary_unrolled(sequence, n, nodes)
         nodes[: 1 << (2 * digits - 1)] = 0
