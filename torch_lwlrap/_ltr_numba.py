@@ -23,7 +23,8 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   carries ``y``'s dense rank along: pairs tied in ``x`` are never inversions of that sequence, pairs tied in both
   are its runs of equal ranks within a group of equal ``x``, and the discordant pairs are its inversions, counted
   in one read through a 4-ary trie over the ranks' 2-bit digits, whose nodes are words of four 16-bit counters
-  (``O(C log C)``, branch-free; a binary trie beyond 65535 labels).
+  (``O(C log C)``, branch-free; a binary trie beyond 65535 labels). A row whose sorted keys have no two equal (one
+  vectorized read tells) skips the tie counts: its dense ranks are the positions.
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K`; a larger ``k``
   sorts the row): the maxima of chunks of :data:`SCAN_CHUNK` entries bound the k-th highest score from below (the
   k-th highest chunk maximum, found by branch-free max and min steps); the few entries at or above that bound are
@@ -331,11 +332,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _inversions(sequence, n, rank, work):
-        """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]``, whose values lie in
-        ``[1, rank]``: a trie over the values' digits, highest first, read once, a fixed number of branch-free steps
-        per value. Up to 65535 values, a 4-ary trie over 2-bit digits (:func:`_inversions_4ary`); more, a binary
-        trie whose node ``ones[node]`` counts the values read so far that went on to its upper half (a value that
-        goes to the lower half is below all of them)."""
+        """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (the lower halves of words),
+        whose values lie in ``[1, rank]``: a trie over the values' digits, highest first, read once, a fixed number
+        of branch-free steps per value. Up to 65535 values, a 4-ary trie over 2-bit digits
+        (:func:`_inversions_4ary`); more, a binary trie whose node ``ones[node]`` counts the values read so far that
+        went on to its upper half (a value that goes to the lower half is below all of them)."""
         levels = 0
         while (1 << levels) <= rank:
             levels += 1
@@ -345,7 +346,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         ones[: 2 << levels] = 0
         dis = 0
         for p in range(n):
-            v = sequence[p]
+            v = np.int64(sequence[p] & _LOW)
             node = 1
             for level in range(levels - 1, -1, -1):
                 bit = (v >> level) & 1
@@ -366,7 +367,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         nodes[: 1 << (2 * digits - 1)] = 0
         dis = np.uint64(0)
         for p in range(n):
-            v = np.uint64(sequence[p])
+            v = sequence[p] & _LOW
             node = np.uint64(1)
             for level in range(digits - 1, -1, -1):
                 x = (v >> np.uint64(2 * level)) & np.uint64(3)
@@ -383,7 +384,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         nodes[: 1 << (2 * INVERSION_DIGITS - 1)] = 0
         dis = np.uint64(0)
         for p in range(n):
-            v = np.uint64(sequence[p])
+            v = sequence[p] & _LOW
             node = np.uint64(1)
             for level in range(INVERSION_DIGITS - 1, -1, -1):
                 x = (v >> np.uint64(2 * level)) & np.uint64(3)
@@ -400,42 +401,49 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         perm_keys, dense = work[10], work[5]
         # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
         items, words = _sorted_words(keys_b, None, n, nbits, work)
+        y_tied = _has_ties(items, n)
         ytie = 0
         rank = 0
         start = 0
         if nbits == 32:  # the words of x written here, in y's order (in the spare array), and their histograms
             count = work[9]
             count[:] = 0
-        for p in range(n):
-            new = p == 0 or (items[p] ^ items[p - 1]) >> np.uint64(32) != 0
-            rank += new
-            start = p if new else start
-            ytie += p - start
-            key = keys_a[np.int64(items[p] & _LOW)]
-            if nbits == 32:
-                words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(rank)
-                _count_key(count, np.uint32(key))
-            else:
-                dense[p] = rank
-                perm_keys[p] = key
+            if not y_tied:  # the dense rank is the position
+                rank = n
+                for p in range(n):
+                    key = np.uint32(keys_a[np.int64(items[p] & _LOW)])
+                    words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(p + 1)
+                    _count_key(count, key)
+        if nbits != 32 or y_tied:
+            for p in range(n):
+                new = p == 0 or (items[p] ^ items[p - 1]) >> np.uint64(32) != 0
+                rank += new
+                start = p if new else start
+                ytie += p - start
+                key = keys_a[np.int64(items[p] & _LOW)]
+                if nbits == 32:
+                    words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(rank)
+                    _count_key(count, np.uint32(key))
+                else:
+                    dense[p] = rank
+                    perm_keys[p] = key
         # x: sorted from y's order (stable: by x, then y), carrying y's dense rank.
         if nbits == 32:
             items = _sort_packed(words, n, items, count)[0]
         else:
             items = _sorted_words(perm_keys, dense, n, nbits, work)[0]
-        sequence = work[1]
         xtie = 0
         ntie = 0
-        group = 0
-        run_start = 0
-        for p in range(n):
-            changed = items[p] ^ items[p - 1] if p else ~np.uint64(0)
-            group = p if changed >> np.uint64(32) != 0 else group
-            run_start = p if changed != 0 else run_start
-            xtie += p - group
-            ntie += p - run_start
-            sequence[p] = np.int32(items[p] & _LOW)
-        return _inversions(sequence, n, rank, work), xtie, ytie, ntie
+        if _has_ties(items, n):
+            group = 0
+            run_start = 0
+            for p in range(n):
+                changed = items[p] ^ items[p - 1] if p else ~np.uint64(0)
+                group = p if changed >> np.uint64(32) != 0 else group
+                run_start = p if changed != 0 else run_start
+                xtie += p - group
+                ntie += p - run_start
+        return _inversions(items, n, rank, work), xtie, ytie, ntie
 
     @serial_kernel
     def _workspace(num_classes, bits):
@@ -458,6 +466,14 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         )
 
     @serial_kernel
+    def _has_ties(items, n):
+        """Whether two of the sorted words ``items[:n]`` share their key (upper half): one vectorized read."""
+        tied = False
+        for p in range(1, n):
+            tied |= (items[p] ^ items[p - 1]) >> np.uint64(32) == 0
+        return tied
+
+    @serial_kernel
     def _rank_sums(items, n, ends, ranks, first):
         """Over sorted words (:func:`_sorted_words`), twice the centered average rank ``r`` of each entry (its
         group of equal keys ``[start, end)`` gives ``start + end - n``): ``(sum of r * r, sum of products)``. With
@@ -465,10 +481,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         ranks[column]`` with ranks written before. Integers, branch-free: without ties (a first, vectorized read
         tells) ``r = 2 p + 1 - n`` at position ``p``; else ``ends`` takes each entry's group end in a backward
         pass."""
-        tied = False
-        for p in range(1, n):
-            tied |= (items[p] ^ items[p - 1]) >> np.uint64(32) == 0
-        if not tied:
+        if not _has_ties(items, n):
             squares = 0
             products = 0
             for p in range(n):
