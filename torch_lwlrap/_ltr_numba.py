@@ -24,7 +24,8 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   are its runs of equal ranks within a group of equal ``x``, and the discordant pairs are its inversions, counted
   in one read through a 4-ary trie over the ranks' 2-bit digits, whose nodes are words of four 16-bit counters
   (``O(C log C)``, branch-free; a binary trie beyond 65535 labels). A row whose sorted keys have no two equal (one
-  vectorized read tells) skips the tie counts: its dense ranks are the positions.
+  vectorized read tells) skips the tie counts: its dense ranks are the positions, and up to 1023 labels their
+  inversions come from a bitset of the ranks read (a popcount) and a 4-ary trie over its 16 words.
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K`; a larger ``k``
   sorts the row): the maxima of chunks of :data:`SCAN_CHUNK` entries bound the k-th highest score from below (the
   k-th highest chunk maximum, found by branch-free max and min steps); the few entries at or above that bound are
@@ -63,6 +64,9 @@ INSERTION_MAX = 24
 #: 2-bit digits of the unrolled trie that counts inversions: ranks from ``4 ** (INVERSION_DIGITS - 1)`` to
 #: ``4 ** INVERSION_DIGITS - 1`` (others take the loop).
 INVERSION_DIGITS = 5
+
+#: Largest rank whose distinct values are counted through a bitset (16 words) and a trie over its words.
+BITSET_MAX_RANK = 1023
 
 #: Largest k whose top set is found by a scan (and at most half the row's chunks); a larger k sorts the row.
 SCAN_MAX_K = 48
@@ -139,7 +143,18 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
 
+    from numba.core import types as _types
+    from numba.extending import intrinsic as _intrinsic
+
     _DIGIT_MASK = np.uint64((1 << DIGIT_BITS) - 1)
+
+    @_intrinsic
+    def _popcount(typingctx, word):
+        """The set bits of a uint64 (LLVM's ``ctpop``: one instruction where the processor has one)."""
+        def codegen(context, builder, signature, args):
+            return builder.call(builder.module.declare_intrinsic("llvm.ctpop", [args[0].type]), args)
+
+        return _types.uint64(_types.uint64), codegen
     _LOW = np.uint64(0xFFFFFFFF)
     #: One in each 16-bit counter below ``x`` (:func:`_inversions_4ary`).
     _BELOW = np.array([0, 1, 0x10001, 0x100010001], np.uint64)
@@ -331,12 +346,15 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return items, work[8]
 
     @serial_kernel
-    def _inversions(sequence, n, rank, work):
+    def _inversions(sequence, n, rank, work, distinct):
         """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (the lower halves of words),
         whose values lie in ``[1, rank]``: a trie over the values' digits, highest first, read once, a fixed number
         of branch-free steps per value. Up to 65535 values, a 4-ary trie over 2-bit digits
         (:func:`_inversions_4ary`); more, a binary trie whose node ``ones[node]`` counts the values read so far that
-        went on to its upper half (a value that goes to the lower half is below all of them)."""
+        went on to its upper half (a value that goes to the lower half is below all of them). ``distinct`` values
+        up to :data:`BITSET_MAX_RANK`: :func:`_inversions_distinct`."""
+        if distinct and rank <= BITSET_MAX_RANK:
+            return _inversions_distinct(sequence, n, rank, work[12])
         levels = 0
         while (1 << levels) <= rank:
             levels += 1
@@ -354,6 +372,35 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 ones[node] += bit
                 node = 2 * node + bit
         return dis
+
+    @serial_kernel
+    def _inversions_distinct(sequence, n, rank, work):
+        """:func:`_inversions` of distinct values up to :data:`BITSET_MAX_RANK`: a bitset of the values read
+        (``work[:16]``, 64 a word) gives those above a value in its own word (a shift and a popcount), and a 4-ary
+        trie over the words' index (two 2-bit digits, ``work[16:24]``, as :func:`_inversions_4ary`) those in the
+        words above: three loads and stores per value instead of five (about 1.8 times as fast at 527 values)."""
+        work[: ((rank >> 6) + 1)] = 0
+        work[16:24] = 0
+        dis = np.uint64(0)
+        for p in range(n):
+            v = sequence[p] & _LOW
+            w = v >> np.uint64(6)
+            bit = v & np.uint64(63)
+            word = work[w]
+            dis += _popcount(word >> bit)  # the values read in this word above v (v itself is not there yet)
+            work[w] = word | (np.uint64(1) << bit)
+            x = w >> np.uint64(2)
+            shift = x << np.uint64(4)
+            node = work[17]
+            dis += (node >> shift) & np.uint64(0xFFFF)
+            work[17] = node + _BELOW[x]
+            at = np.uint64(20) + x
+            y = w & np.uint64(3)
+            shift = y << np.uint64(4)
+            node = work[at]
+            dis += (node >> shift) & np.uint64(0xFFFF)
+            work[at] = node + _BELOW[y]
+        return np.int64(dis)
 
     @serial_kernel
     def _inversions_4ary(sequence, n, digits, nodes):
@@ -443,13 +490,13 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 run_start = p if changed != 0 else run_start
                 xtie += p - group
                 ntie += p - run_start
-        return _inversions(items, n, rank, work), xtie, ytie, ntie
+        return _inversions(items, n, rank, work, not y_tied), xtie, ytie, ntie
 
     @serial_kernel
     def _workspace(num_classes, bits):
         """Keys of ``bits``' width, int32 columns and counts (:func:`_sort`), the binary trie
         (:func:`_inversions`), the words and counts of :func:`_sort_packed`, the keys of ``x`` in ``y``'s order and
-        the 4-ary trie (:func:`_inversions_4ary`)."""
+        the 4-ary trie (:func:`_inversions_4ary`) and the bitset and word trie of :func:`_inversions_distinct`."""
         return (
             np.empty(num_classes, bits.dtype),
             np.empty(num_classes, np.int32),
@@ -463,6 +510,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             np.empty((4, 1 << DIGIT_BITS), np.uint32),
             np.empty(num_classes, bits.dtype),
             np.empty(2 * (num_classes + 1), np.uint64),
+            np.empty(32, np.uint64),
         )
 
     @serial_kernel
