@@ -11,21 +11,18 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   (``-0.0`` read as ``0.0``), a pass skipped when all of the row's keys share its digit. A float32 key (float16 and
   bfloat16 rows are widened to float32, exactly) travels with its payload (column or rank) in one 64-bit word,
   ``key << 32 | payload``, sorted by its upper half in four passes of 8 bits: one load and store per entry and
-  pass. A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank, so
-  that the same words follow. Tied scores keep their column order. No comparison sort: several times faster than
-  ``torch.argsort`` here.
-* Spearman's rho: twice the average ranks of both rows, centered on ``(C + 1) / 2`` (integers: the sums of squares
-  and products are exact, in int64): ``2 p + 1 - C`` at sorted position ``p`` in a row without ties, else each
-  entry's tie group found branch-free (its end in a backward pass, its start in the forward one); ``sxy`` read in
-  the order of ``y``; ``sxy / sqrt(sxx syy)``.
+  pass. A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the
+  same words follow). Tied scores keep their column order. Several times faster than ``torch.argsort`` here.
+* Spearman's rho: twice the average ranks, centered on ``(C + 1) / 2`` (integers: exact int64 sums): ``2 p + 1 -
+  C`` at sorted position ``p`` in a row without ties, else from each entry's tie group, found branch-free (its end
+  in a backward pass, its start in the forward one); ``sxy`` read in the order of ``y``; ``sxy / sqrt(sxx syy)``.
 * Kendall's tau-b: the counts of scipy's ``kendalltau``. ``y`` is sorted first (its dense ranks and tied pairs);
   ``x`` is then sorted starting from ``y``'s order, so that the stable sort orders the labels by ``(x, y)`` and
   carries ``y``'s dense rank along: pairs tied in ``x`` are never inversions of that sequence, pairs tied in both
   are its runs of equal ranks within a group of equal ``x``, and the discordant pairs are its inversions, counted
   in one read through a 4-ary trie over the ranks' 2-bit digits, whose nodes are words of four 16-bit counters
-  (``O(C log C)``, branch-free; a binary trie beyond 65535 labels). A row whose sorted keys have no two equal (one
-  vectorized read tells) skips the tie counts: its dense ranks are the positions, and up to 1023 labels their
-  inversions come from a bitset of the ranks read (a popcount) and a 4-ary trie over its 16 words.
+  (``O(C log C)``, branch-free; a binary trie beyond 65535 labels). Sorted keys without ties (one vectorized read)
+  skip the tie counts: the dense ranks are the positions, their inversions (up to 1023) a bitset's popcounts.
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K`; a larger ``k``
   sorts the row): the maxima of chunks of :data:`SCAN_CHUNK` entries bound the k-th highest score from below (the
   k-th highest chunk maximum, found by branch-free max and min steps); the few entries at or above that bound are
@@ -60,10 +57,6 @@ DIGIT_BITS = 8
 
 #: Rows of up to this many entries are sorted by insertion instead.
 INSERTION_MAX = 24
-
-#: 2-bit digits of the unrolled trie that counts inversions: ranks from ``4 ** (INVERSION_DIGITS - 1)`` to
-#: ``4 ** INVERSION_DIGITS - 1`` (others take the loop).
-INVERSION_DIGITS = 5
 
 #: Largest rank whose distinct values are counted through a bitset (16 words) and a trie over its words.
 BITSET_MAX_RANK = 1023
@@ -143,6 +136,8 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
 
+    import types as _pytypes
+
     from numba.core import types as _types
     from numba.extending import intrinsic as _intrinsic
 
@@ -155,6 +150,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             return builder.call(builder.module.declare_intrinsic("llvm.ctpop", [args[0].type]), args)
 
         return _types.uint64(_types.uint64), codegen
+
     _LOW = np.uint64(0xFFFFFFFF)
     #: One in each 16-bit counter below ``x`` (:func:`_inversions_4ary`).
     _BELOW = np.array([0, 1, 0x10001, 0x100010001], np.uint64)
@@ -247,8 +243,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _count_key(count, key):
-        """Add a 32-bit key to the four histograms of :func:`_sort_packed` (the callers do as they write the words,
-        in the same read)."""
+        """Add a 32-bit key to the histograms of :func:`_sort_packed` (as the caller writes its word)."""
         count[0, key & np.uint32(0xFF)] += np.uint32(1)
         count[1, (key >> np.uint32(8)) & np.uint32(0xFF)] += np.uint32(1)
         count[2, (key >> np.uint32(16)) & np.uint32(0xFF)] += np.uint32(1)
@@ -256,13 +251,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _sort_packed(items, n, tmp, count):
-        """Sort ``items[:n]``, 64-bit words ``key << 32 | payload`` of 32-bit keys, ascending by key, stably:
-        four passes of 8 bits over the upper half, a pass skipped when all of the keys share its digit. ``count``:
-        ``(4, 256)``, the histograms of the keys' digits (:func:`_count_key`, from zero). Returns ``(sorted,
-        spare)``: the array that holds the result (``items`` or ``tmp``) and the other. One word moves per entry and
-        pass (half the loads and stores of separate keys and columns, and unsigned indices: no wrap-around tests),
-        about 1.4 times as fast as :func:`_sort`. The callers' payloads never decrease in the input order, so the
-        result is also the words' ascending order."""
+        """Sort ``items[:n]``, words ``key << 32 | payload``, by key, stably, in four passes of 8 bits; ``count``: the
+        digits' histograms (:func:`_count_key`). Returns ``(sorted, spare)``: ``items`` and ``tmp``, the result's
+        first. One word moves per entry and pass: 1.4 times as fast as :func:`_sort`. Payloads never decrease in the
+        input order, so the words end ascending."""
         if n <= INSERTION_MAX:
             for i in range(1, n):
                 item = items[i]
@@ -283,10 +275,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 c = digits[d]
                 digits[d] = total
                 total += c
-            # The top digit (the sign and the exponent's high bits) takes a few values, and consecutive entries often
-            # share its counter: its pass runs a copy of the loop, so that the processor's guess that a counter's
-            # load waits for the store before it (made there) does not slow the other passes (about 1.2 times as
-            # fast in all).
+            # The top digit (sign, high exponent bits) takes a few values, consecutive entries often share its counter:
+            # a copy of the loop keeps the processor's guess there (a counter's load waits for the last store) from
+            # slowing the other passes (about 1.2 times as fast in all).
             if p == 3:
                 if moved:
                     _scatter_packed_top(tmp, items, n, digits, s)
@@ -299,8 +290,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             moved = not moved
         return (tmp, items) if moved else (items, tmp)
 
-    @serial_kernel
-    def _scatter_packed(src, dst, n, digits, s):
+    def _scatter_words(src, dst, n, digits, s):
         """One pass of :func:`_sort_packed`: each word to the next place of its digit (``digits[digit]``)."""
         for j in range(n):
             item = src[j]
@@ -309,21 +299,17 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             dst[np.uint64(at)] = item
             digits[d] = at + np.uint32(1)
 
-    @serial_kernel
-    def _scatter_packed_top(src, dst, n, digits, s):
-        """:func:`_scatter_packed`, a copy for the top digit's pass (see :func:`_sort_packed`)."""
-        for j in range(n):
-            item = src[j]
-            d = (item >> s) & _DIGIT_MASK
-            at = digits[d]
-            dst[np.uint64(at)] = item
-            digits[d] = at + np.uint32(1)
+    # Two compiled copies (the top digit's pass has its own), named apart for numba's cache as the runtime does.
+    _scatter_packed = serial_kernel(_scatter_words)
+    _scatter_top = _pytypes.FunctionType(_scatter_words.__code__, globals(), "_scatter_top")
+    _scatter_top.__qualname__ = "_scatter_top"
+    _scatter_packed_top = serial_kernel(_scatter_top)
 
     @serial_kernel
     def _sorted_words(keys, payload, n, nbits, work):
-        """``(sorted, spare)``: the words ``rank << 32 | payload[j]`` of ``keys[:n]`` sorted ascending, stably, and
-        the other of ``work[7]`` and ``work[8]``, where ``rank`` orders as the key (the key itself for 32-bit keys;
-        the dense rank of a 64-bit key, sorted by :func:`_sort` first). ``payload``: None for the column ``j``."""
+        """``(sorted, spare)`` (``work[7]`` and ``work[8]``): the words ``rank << 32 | payload[j]`` of ``keys[:n]``
+        sorted, stably, ``rank`` the 32-bit key or a 64-bit key's dense rank (sorted by :func:`_sort` first);
+        ``payload``: None for the column ``j``."""
         items = work[7]
         if nbits == 32:
             count = work[9]
@@ -335,8 +321,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             return _sort_packed(items, n, work[8], count)
         sorted_keys, cols = work[0], work[1]
         for j in range(n):
-            sorted_keys[j] = keys[j]
-            cols[j] = j
+            sorted_keys[j], cols[j] = keys[j], j
         _sort(sorted_keys, cols, n, nbits, work[2], work[3], work[4])
         rank = np.uint64(0)
         for p in range(n):
@@ -347,12 +332,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _inversions(sequence, n, rank, work, distinct):
-        """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (the lower halves of words),
-        whose values lie in ``[1, rank]``: a trie over the values' digits, highest first, read once, a fixed number
-        of branch-free steps per value. Up to 65535 values, a 4-ary trie over 2-bit digits
-        (:func:`_inversions_4ary`); more, a binary trie whose node ``ones[node]`` counts the values read so far that
-        went on to its upper half (a value that goes to the lower half is below all of them). ``distinct`` values
-        up to :data:`BITSET_MAX_RANK`: :func:`_inversions_distinct`."""
+        """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (words' lower halves), values
+        in ``[1, rank]``: a trie over the values' digits, highest first, read once, branch-free. ``distinct`` values
+        up to :data:`BITSET_MAX_RANK`: :func:`_inversions_distinct`; else up to 65535 values a 4-ary trie
+        (:func:`_inversions_4ary`); more, a binary trie whose node ``ones[node]`` counts the values read so far
+        that went on to its upper half (a value that goes to the lower half is below all of them)."""
         if distinct and rank <= BITSET_MAX_RANK:
             return _inversions_distinct(sequence, n, rank, work[12])
         levels = 0
@@ -376,9 +360,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     @serial_kernel
     def _inversions_distinct(sequence, n, rank, work):
         """:func:`_inversions` of distinct values up to :data:`BITSET_MAX_RANK`: a bitset of the values read
-        (``work[:16]``, 64 a word) gives those above a value in its own word (a shift and a popcount), and a 4-ary
-        trie over the words' index (two 2-bit digits, ``work[16:24]``, as :func:`_inversions_4ary`) those in the
-        words above: three loads and stores per value instead of five (about 1.8 times as fast at 527 values)."""
+        (``work[:16]``) counts those above a value in its word (shift, popcount), a 4-ary trie over the word index
+        (``work[16:24]``) those in higher words: 3 loads and stores per value, not 5 (1.8 times as fast at 527)."""
         work[: ((rank >> 6) + 1)] = 0
         work[16:24] = 0
         dis = np.uint64(0)
@@ -389,28 +372,20 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             word = work[w]
             dis += _popcount(word >> bit)  # the values read in this word above v (v itself is not there yet)
             work[w] = word | (np.uint64(1) << bit)
-            x = w >> np.uint64(2)
-            shift = x << np.uint64(4)
+            x, y = w >> np.uint64(2), w & np.uint64(3)  # the word's two digits
             node = work[17]
-            dis += (node >> shift) & np.uint64(0xFFFF)
+            dis += (node >> (x << np.uint64(4))) & np.uint64(0xFFFF)
             work[17] = node + _BELOW[x]
-            at = np.uint64(20) + x
-            y = w & np.uint64(3)
-            shift = y << np.uint64(4)
-            node = work[at]
-            dis += (node >> shift) & np.uint64(0xFFFF)
-            work[at] = node + _BELOW[y]
+            node = work[np.uint64(20) + x]
+            dis += (node >> (y << np.uint64(4))) & np.uint64(0xFFFF)
+            work[np.uint64(20) + x] = node + _BELOW[y]
         return np.int64(dis)
 
     @serial_kernel
     def _inversions_4ary(sequence, n, digits, nodes):
-        """:func:`_inversions` over ``digits`` 2-bit digits: each node is one word of four 16-bit counters, counter
-        ``k < 3`` the values read so far whose digit there is above ``k``. A value with digit ``x`` reads counter
-        ``x`` (the fourth stays 0) and adds one to the counters below ``x`` (``_BELOW[x]``): one load and store per
-        digit (about 1.8 times as fast as a binary trie). :data:`INVERSION_DIGITS` digits (ranks from 256 to 1023)
-        are unrolled (about 1.2 times as fast as the loop)."""
-        if digits == INVERSION_DIGITS:
-            return _inversions_4ary_unrolled(sequence, n, nodes)
+        """:func:`_inversions` over ``digits`` 2-bit digits: a node is a word of four 16-bit counters, counter ``k``
+        the values read so far whose digit there is above ``k``; digit ``x`` reads counter ``x`` (the fourth stays
+        0) and adds ``_BELOW[x]``: one load and store per digit (about 1.8 times as fast as a binary trie)."""
         nodes[: 1 << (2 * digits - 1)] = 0
         dis = np.uint64(0)
         for p in range(n):
@@ -418,26 +393,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             node = np.uint64(1)
             for level in range(digits - 1, -1, -1):
                 x = (v >> np.uint64(2 * level)) & np.uint64(3)
-                shift = x << np.uint64(4)
                 word = nodes[node]
-                dis += (word >> shift) & np.uint64(0xFFFF)
-                nodes[node] = word + _BELOW[x]
-                node = (node << np.uint64(2)) + x
-        return np.int64(dis)
-
-    @serial_kernel
-    def _inversions_4ary_unrolled(sequence, n, nodes):
-        """:func:`_inversions_4ary` over :data:`INVERSION_DIGITS` digits, a constant."""
-        nodes[: 1 << (2 * INVERSION_DIGITS - 1)] = 0
-        dis = np.uint64(0)
-        for p in range(n):
-            v = sequence[p] & _LOW
-            node = np.uint64(1)
-            for level in range(INVERSION_DIGITS - 1, -1, -1):
-                x = (v >> np.uint64(2 * level)) & np.uint64(3)
-                shift = x << np.uint64(4)
-                word = nodes[node]
-                dis += (word >> shift) & np.uint64(0xFFFF)
+                dis += (word >> (x << np.uint64(4))) & np.uint64(0xFFFF)
                 nodes[node] = word + _BELOW[x]
                 node = (node << np.uint64(2)) + x
         return np.int64(dis)
@@ -449,41 +406,32 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
         items, words = _sorted_words(keys_b, None, n, nbits, work)
         y_tied = _has_ties(items, n)
-        ytie = 0
-        rank = 0
-        start = 0
+        ytie = rank = start = 0
         if nbits == 32:  # the words of x written here, in y's order (in the spare array), and their histograms
             count = work[9]
             count[:] = 0
-            if not y_tied:  # the dense rank is the position
-                rank = n
-                for p in range(n):
-                    key = np.uint32(keys_a[np.int64(items[p] & _LOW)])
-                    words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(p + 1)
-                    _count_key(count, key)
-        if nbits != 32 or y_tied:
-            for p in range(n):
+        for p in range(n):
+            if y_tied:
                 new = p == 0 or (items[p] ^ items[p - 1]) >> np.uint64(32) != 0
                 rank += new
                 start = p if new else start
                 ytie += p - start
-                key = keys_a[np.int64(items[p] & _LOW)]
-                if nbits == 32:
-                    words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(rank)
-                    _count_key(count, np.uint32(key))
-                else:
-                    dense[p] = rank
-                    perm_keys[p] = key
+            else:  # the dense rank is the position
+                rank = p + 1
+            key = keys_a[np.int64(items[p] & _LOW)]
+            if nbits == 32:
+                words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(rank)
+                _count_key(count, np.uint32(key))
+            else:
+                dense[p] = rank
+                perm_keys[p] = key
         # x: sorted from y's order (stable: by x, then y), carrying y's dense rank.
         if nbits == 32:
             items = _sort_packed(words, n, items, count)[0]
         else:
             items = _sorted_words(perm_keys, dense, n, nbits, work)[0]
-        xtie = 0
-        ntie = 0
+        xtie = ntie = group = run_start = 0
         if _has_ties(items, n):
-            group = 0
-            run_start = 0
             for p in range(n):
                 changed = items[p] ^ items[p - 1] if p else ~np.uint64(0)
                 group = p if changed >> np.uint64(32) != 0 else group
@@ -494,24 +442,14 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _workspace(num_classes, bits):
-        """Keys of ``bits``' width, int32 columns and counts (:func:`_sort`), the binary trie
-        (:func:`_inversions`), the words and counts of :func:`_sort_packed`, the keys of ``x`` in ``y``'s order and
-        the 4-ary trie (:func:`_inversions_4ary`) and the bitset and word trie of :func:`_inversions_distinct`."""
-        return (
-            np.empty(num_classes, bits.dtype),
-            np.empty(num_classes, np.int32),
-            np.empty(num_classes, bits.dtype),
-            np.empty(num_classes, np.int32),
-            np.empty((64 // DIGIT_BITS) << DIGIT_BITS, np.int32),
-            np.empty(num_classes, np.int32),
-            np.zeros(4 * (num_classes + 1), np.int32),
-            np.empty(num_classes, np.uint64),
-            np.empty(num_classes, np.uint64),
-            np.empty((4, 1 << DIGIT_BITS), np.uint32),
-            np.empty(num_classes, bits.dtype),
-            np.empty(2 * (num_classes + 1), np.uint64),
-            np.empty(32, np.uint64),
-        )
+        """Keys, columns and counts of :func:`_sort`, the tries of :func:`_inversions`, words and counts of
+        :func:`_sort_packed`, the keys of ``x`` in ``y``'s order."""
+        n = num_classes
+        return (np.empty(n, bits.dtype), np.empty(n, np.int32), np.empty(n, bits.dtype), np.empty(n, np.int32),
+                np.empty((64 // DIGIT_BITS) << DIGIT_BITS, np.int32), np.empty(n, np.int32),
+                np.zeros(4 * (n + 1), np.int32), np.empty(n, np.uint64), np.empty(n, np.uint64),
+                np.empty((4, 1 << DIGIT_BITS), np.uint32), np.empty(n, bits.dtype), np.empty(2 * (n + 1), np.uint64),
+                np.empty(32, np.uint64))
 
     @serial_kernel
     def _has_ties(items, n):
@@ -525,34 +463,23 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     def _rank_sums(items, n, ends, ranks, first):
         """Over sorted words (:func:`_sorted_words`), twice the centered average rank ``r`` of each entry (its
         group of equal keys ``[start, end)`` gives ``start + end - n``): ``(sum of r * r, sum of products)``. With
-        ``first``, ``ranks[column] = r`` for each entry (the products are 0); else the products ``r *
-        ranks[column]`` with ranks written before. Integers, branch-free: without ties (a first, vectorized read
-        tells) ``r = 2 p + 1 - n`` at position ``p``; else ``ends`` takes each entry's group end in a backward
-        pass."""
-        if not _has_ties(items, n):
-            squares = 0
-            products = 0
-            for p in range(n):
-                r = 2 * p + 1 - n
-                squares += r * r
-                col = np.int64(items[p] & _LOW)
-                if first:
-                    ranks[col] = r
-                else:
-                    products += r * ranks[col]
-            return squares, products
+        ``first``, ``ranks[column] = r`` (the products are 0); else the products with ``ranks``. Integers,
+        branch-free: without ties (:func:`_has_ties`) ``r = 2 p + 1 - n`` at position ``p``; else ``ends`` takes
+        each entry's group end in a backward pass."""
+        tied = _has_ties(items, n)
         end = n
-        for p in range(n - 1, 0, -1):
+        for p in range(n - 1 if tied else -1, -1, -1):
             ends[p] = end
-            end = p if (items[p] ^ items[p - 1]) >> np.uint64(32) != 0 else end
-        if n:
-            ends[0] = end
+            end = p if p and (items[p] ^ items[p - 1]) >> np.uint64(32) != 0 else end
         squares = 0
         products = 0
         start = 0
         for p in range(n):
-            start = p if p and (items[p] ^ items[p - 1]) >> np.uint64(32) != 0 else start
-            r = start + np.int64(ends[p]) - n
+            if tied:
+                start = p if p and (items[p] ^ items[p - 1]) >> np.uint64(32) != 0 else start
+                r = start + np.int64(ends[p]) - n
+            else:
+                r = 2 * p + 1 - n
             squares += r * r
             col = np.int64(items[p] & _LOW)
             if first:
