@@ -169,9 +169,9 @@ def test_rank_correlation_equals_scipy_per_row(engine, method, case):
 @pytest.mark.parametrize("method", ["spearman", "kendall"])
 def test_rank_correlation_of_long_rows_equals_scipy(engine, dtype, method):
     """Rows long enough for the radix sorts (both key widths), with 150 to 1500 distinct values (the Kendall counts'
-    4-ary trie, unrolled and not) and with many ties, rows of 70,000 labels (the binary trie) and rows whose keys
-    differ in their lowest bytes only (an odd or even number of radix passes), and ties in one row only, against
-    scipy."""
+    bitset up to 1023 distinct ranks, the 4-ary trie beyond and with ties) and with many ties, rows of 70,000 labels
+    (the binary trie) and rows whose keys differ in their lowest bytes only (an odd or even number of radix
+    passes), and ties in one row only, against scipy."""
     cases = [distinct_rows(8, n=6, c=527, dtype=dtype), tied_rows(9, n=8, c=300, levels=150, dtype=dtype),
              tied_rows(10, n=8, c=400, levels=1000, dtype=dtype), distinct_rows(12, n=2, c=1500, dtype=dtype),
              tied_rows(13, n=4, c=70_000, levels=50_000, dtype=dtype)]
