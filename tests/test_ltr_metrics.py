@@ -165,6 +165,31 @@ def test_rank_correlation_equals_scipy_per_row(engine, method, case):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", ["spearman", "kendall"])
+def test_rank_correlation_of_long_rows_equals_scipy(engine, dtype, method):
+    """Rows long enough for the radix sorts (both key widths), with 150 to 1500 distinct values (the Kendall counts'
+    bitset up to 1023 distinct ranks, the 4-ary trie beyond and with ties) and with many ties, rows of 70,000 labels
+    (the binary trie) and rows whose keys differ in their lowest bytes only (an odd or even number of radix
+    passes), and ties in one row only, against scipy."""
+    cases = [distinct_rows(8, n=6, c=527, dtype=dtype), tied_rows(9, n=8, c=300, levels=150, dtype=dtype),
+             tied_rows(10, n=8, c=400, levels=1000, dtype=dtype), distinct_rows(12, n=2, c=1500, dtype=dtype),
+             tied_rows(13, n=4, c=70_000, levels=50_000, dtype=dtype)]
+    a, b = distinct_rows(11, n=6, c=200, dtype=dtype)
+    cases.append((a, torch.where(b > 0, b, -a)))  # mixed signs, partly ordered against a
+    tied, distinct = tied_rows(15, n=6, c=300, levels=20, dtype=dtype)[0], distinct_rows(16, n=6, c=300, dtype=dtype)[0]
+    cases += [(tied, distinct), (distinct, tied)]  # ties in one row only
+    g = torch.Generator().manual_seed(14)
+    for spread in (200, 60_000):  # scores 1 + k ulp: keys that differ in their lowest one or two bytes only
+        a, b = (1 + torch.randint(0, spread, (6, 40), generator=g).double() * torch.finfo(dtype).eps for _ in "ab")
+        cases.append((a.to(dtype), b.to(dtype)))
+    for a, b in cases:
+        expected, _ = scipy_mean(a, b, method)
+        with use_engine(engine):
+            close(multilabel_rank_correlation(a, b, method=method), expected, f"{dtype} {method} {a.shape}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_low_precision_scores_rank_as_their_values(engine, dtype):
     a, b = tied_rows(5, c=60, levels=300, dtype=dtype)
