@@ -213,6 +213,40 @@ def test_the_engine_paths_and_chunks_agree():
             torch.testing.assert_close(x, y, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.skipif("auto" not in ENGINES, reason="numba is not installed")
+def test_the_compiled_kernels_take_rows_they_read_in_place_in_one_call(monkeypatch):
+    # Beyond the workspace budget (made small here) the rows are still one kernel call where the kernels read them
+    # in place (float32 or float64, contiguous); float16 rows, widened copies, and a forced chunk size are chunked.
+    from torch_lwlrap import _engine_config
+
+    a, b = tied_rows(7, n=300, c=40, levels=9)
+    want = [multilabel_rank_correlation(a, b, method=m) for m in ("spearman", "kendall")]
+    want.append(multilabel_kendall_distance_at_k(a, b, 3))
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 40 * 40 * 16)  # about 40 rows a chunk
+    calls = []
+    for name in ("correlation_rows", "distance_rows"):
+        kernel = getattr(_ltr_numba, name)
+        monkeypatch.setattr(_ltr_numba, name, lambda *args, _k=kernel, **kw: calls.append(len(args[0])) or _k(*args, **kw))
+
+    def run(x, y):
+        calls.clear()
+        got = [multilabel_rank_correlation(x, y, method=m) for m in ("spearman", "kendall")]
+        return got + [multilabel_kendall_distance_at_k(x, y, 3)], list(calls)
+
+    for dtype in (torch.float32, torch.float64):
+        got, seen = run(a.to(dtype), b.to(dtype))
+        assert seen == [300, 300, 300], (dtype, seen)
+        for x, y in zip(got, want):
+            torch.testing.assert_close(x, y, rtol=1e-13, atol=1e-13)
+    got, seen = run(a.half(), b.half())
+    assert len(seen) > 3 and max(seen) < 300
+    with use_engine("auto", 40 * 50):
+        got, seen = run(a, b)
+    assert len(seen) > 3 and max(seen) < 300
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y, rtol=1e-13, atol=1e-13)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Kendall distance at k
 
