@@ -178,7 +178,18 @@ def test_ties_benchmark_writes_its_tables(tmp_path):
     assert "| expected / max |" in (tmp_path / "ties.md").read_text()
 
 
-@pytest.mark.parametrize("module", ["benchmarks.run", "benchmarks.crossover", "benchmarks.latency", "benchmarks.ties"])
+def test_floor_ratio_benchmark_writes_its_table(tmp_path):
+    # A smoke run (no time asserted): both medians, their ratio, and the table.
+    run_module("benchmarks.floor_ratio", "--samples", "300", "--classes", "20", "--calls", "5", tmp_path=tmp_path)
+    report = json.loads((tmp_path / "floor_ratio.json").read_text())
+    assert (report["num_samples"], report["num_classes"], report["calls"]) == (300, 20, 5)
+    assert report["floor_seconds"] > 0 and report["ratio"] == report["lwlrap_seconds"] / report["floor_seconds"]
+    assert "| floor (one read) |" in (tmp_path / "floor_ratio.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "module", ["benchmarks.run", "benchmarks.crossover", "benchmarks.latency", "benchmarks.ties", "benchmarks.floor_ratio"]
+)
 def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
     # Without --out a run must never overwrite the committed results in benchmarks/results.
     import argparse
