@@ -480,6 +480,25 @@ def _interval(metric) -> torch.Tensor:
     return torch.stack(metric.confidence_interval())
 
 
+@pytest.mark.parametrize("bootstrap", [0, 16])
+def test_forwards_that_sync_on_each_step_count_each_batch_once_in_a_compute_group(bootstrap):
+    # dist_sync_on_step makes torchmetrics' forward update the accumulated states and keep them aside: the states
+    # are added to in place, and a compute group shares one state tensor between its members (torchmetrics 1.2
+    # keeps the states aside by reference), so each forward must start from states of its own.
+    options = dict(num_bootstrap=bootstrap, bootstrap_seed=3, dist_sync_on_step=True)
+    collection = MetricCollection({"micro": MultilabelLWLRAP(C, **options),
+                                   "macro": MultilabelLWLRAP(C, average="macro", **options)})
+    batches = _batches(C, 4, seed=2)
+    collection.update(*batches[0])
+    for preds, target in batches[1:]:
+        values = collection(preds, target)
+        assert values["micro"].item() == pytest.approx(naive_lwlrap(preds, target), rel=1e-12, abs=1e-12)
+    alone = _fed(MultilabelLWLRAP(C, num_bootstrap=bootstrap, bootstrap_seed=3), batches)
+    for name in ("micro", "macro"):
+        for state, value in _states(alone).items():
+            assert torch.equal(getattr(collection[name], state), value), (name, state)
+
+
 @pytest.mark.parametrize("cls", [MultilabelLWLRAP, MultilabelLRAP])
 @pytest.mark.parametrize("first", ["empty", "no positive"])
 def test_a_collection_keeps_bootstrap_metrics_with_other_seeds_apart(cls, first):

@@ -13,9 +13,9 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   ``key << 32 | payload``, sorted by its upper half in four passes of 8 bits: one load and store per entry and
   pass. A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the
   same words follow). Tied scores keep their column order. Several times faster than ``torch.argsort`` here.
-* Spearman's rho: twice the average ranks, centered on ``(C + 1) / 2`` (integers: exact int64 sums): ``2 p + 1 -
-  C`` at sorted position ``p`` in a row without ties, else from each entry's tie group, found branch-free (its end
-  in a backward pass, its start in the forward one); ``sxy`` read in the order of ``y``; ``sxy / sqrt(sxx syy)``.
+* Spearman's rho: twice the average ranks, centered on ``(C + 1) / 2`` (integers: exact int64 sums up to
+  2M labels): ``2 p + 1 - C`` at sorted position ``p`` without ties, else from each entry's tie group, branch-free (its
+  end in a backward pass, its start in the forward one); ``sxy`` read in the order of ``y``; ``sxy / sqrt(sxx syy)``.
 * Kendall's tau-b: the counts of scipy's ``kendalltau``. ``y`` is sorted first (its dense ranks and tied pairs);
   ``x`` is then sorted starting from ``y``'s order, so that the stable sort orders the labels by ``(x, y)`` and
   carries ``y``'s dense rank along: pairs tied in ``x`` are never inversions of that sequence, pairs tied in both
@@ -57,6 +57,7 @@ DIGIT_BITS = 8
 
 #: Rows of up to this many entries are sorted by insertion instead.
 INSERTION_MAX = 24
+INT_SUMS_MAX = 2_000_000  # the longest row whose Spearman sums (up to C**3 / 3) are exact int64; float64 beyond.
 
 #: Largest rank whose distinct values are counted through a bitset (16 words) and a trie over its words.
 BITSET_MAX_RANK = 1023
@@ -112,8 +113,9 @@ def correlation_rows(a: Tensor, b: Tensor, method: str, check_nan: bool = False)
     _, bits_a, nbits = _bits(a)
     _, bits_b, _ = _bits(b)
     out = value.numpy()
+    zero = np.int64(0) if num_classes <= INT_SUMS_MAX else np.float64(0)  # Spearman's sums: their type
     run(_correlation_kernel, n * num_classes, bits_a, bits_b, nbits, method == "kendall", check_nan, out,
-        defined.numpy())
+        defined.numpy(), zero)
     return value, defined, bool(check_nan and np.isnan(out).any())
 
 
@@ -460,19 +462,17 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return tied
 
     @serial_kernel
-    def _rank_sums(items, n, ends, ranks, first):
-        """Over sorted words (:func:`_sorted_words`), twice the centered average rank ``r`` of each entry (its
-        group of equal keys ``[start, end)`` gives ``start + end - n``): ``(sum of r * r, sum of products)``. With
-        ``first``, ``ranks[column] = r`` (the products are 0); else the products with ``ranks``. Integers,
-        branch-free: without ties (:func:`_has_ties`) ``r = 2 p + 1 - n`` at position ``p``; else ``ends`` takes
-        each entry's group end in a backward pass."""
+    def _rank_sums(items, n, ends, ranks, first, zero):
+        """Over sorted words (:func:`_sorted_words`), twice the centered average rank ``r`` of each entry (group
+        ``[start, end)`` of equal keys: ``start + end - n``): ``(sum of r * r, sum of products)`` in ``zero``'s type.
+        With ``first``, ``ranks[column] = r`` (the products are 0); else the products with ``ranks``. Branch-free:
+        without ties (:func:`_has_ties`) ``r = 2 p + 1 - n`` at ``p``; else ``ends`` holds each group's end."""
         tied = _has_ties(items, n)
         end = n
         for p in range(n - 1 if tied else -1, -1, -1):
             ends[p] = end
             end = p if p and (items[p] ^ items[p - 1]) >> np.uint64(32) != 0 else end
-        squares = 0
-        products = 0
+        squares = products = zero
         start = 0
         for p in range(n):
             if tied:
@@ -489,7 +489,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return squares, products
 
     @parallel_and_serial
-    def _correlation_kernel(bits_a, bits_b, nbits, kendall, check_nan, value, defined):
+    def _correlation_kernel(bits_a, bits_b, nbits, kendall, check_nan, value, defined, zero):
         num_rows, num_classes = bits_a.shape
         num_blocks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         total = num_classes * (num_classes - 1) // 2
@@ -514,11 +514,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                         value[row] = min(1.0, max(-1.0, tau))
                         defined[row] = True
                     continue
-                # Four times the sums of squares and products of the centered average ranks: exact integers.
+                # Four times the sums of squares and products of the centered average ranks (integer terms).
                 sxx = _rank_sums(_sorted_words(keys_a, None, num_classes, nbits, work)[0], num_classes, ends,
-                                 ranks_a, True)[0]
+                                 ranks_a, True, zero)[0]
                 syy, sxy = _rank_sums(_sorted_words(keys_b, None, num_classes, nbits, work)[0], num_classes, ends,
-                                      ranks_a, False)
+                                      ranks_a, False, zero)
                 if sxx > 0 and syy > 0:
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
                     defined[row] = True

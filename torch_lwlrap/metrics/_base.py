@@ -175,6 +175,14 @@ class TaggedMetric(Metric):
         bound = _update_signature(type(self)).bind(self, *args, **kwargs)
         _check_device(self, next(iter(list(bound.arguments.values())[1:]), None))
         self._check_batch(*args, **kwargs)
+        if self.full_state_update or self.full_state_update is None or self.dist_sync_on_step:
+            # That forward updates the accumulated states, keeps them aside and updates emptied ones: updates add
+            # in place, and torchmetrics before 1.3 keeps the states by reference (in a compute group, shared by
+            # every member), so each forward starts from states of its own.
+            for name in self._defaults:
+                value = getattr(self, name)
+                if isinstance(value, Tensor):
+                    setattr(self, name, value.clone())
         with _values_checked(self), self._forward_context():
             return super().forward(*args, **kwargs)
 
