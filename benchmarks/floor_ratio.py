@@ -13,7 +13,6 @@ for the default settings (threads, engine, value checks) of the function. Not a 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from benchmarks.anchors import read_inputs
-from benchmarks.run import SCRATCH_DIR, machine_metadata, make_inputs
+from benchmarks.run import SCRATCH_DIR, machine_metadata, make_inputs, write_tables
 from torch_lwlrap import multilabel_lwlrap
 
 #: Copies of the inputs taken in turn.
@@ -85,12 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     record = run(args.samples, args.classes, args.calls)
     machine = machine_metadata(["cpu"])
-    table = markdown(record, machine)
-    print(table)
-    out = Path(args.out) / args.name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"machine": machine, **record}, indent=2, default=str))
-    out.with_suffix(".md").write_text(table + "\n")
+    write_tables(Path(args.out) / args.name, {"machine": machine, **record}, markdown(record, machine))
     return 0
 
 

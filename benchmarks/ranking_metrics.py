@@ -14,14 +14,13 @@ checks the values.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow
+from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow, write_tables
 from torch_lwlrap import (
     MultilabelCoverageError,
     MultilabelLRAP,
@@ -139,13 +138,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     records = run(parse_sizes(args.sizes), args.min_run_time, not args.no_anchors)
     for record in records:
         record["torch_threads"] = threads
-    table = markdown(records)
-    print(table)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"machine": machine_metadata(["cpu"]), "cases": records}
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-    out.with_suffix(".md").write_text(table + "\n")
+    write_tables(args.out, {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
     return 0
 
 

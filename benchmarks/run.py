@@ -441,6 +441,15 @@ def _add_ratios(record: Dict) -> None:
             entry["rows_per_second"] = entry["rows"] / entry["seconds"]
 
 
+def write_tables(path, report: Dict, table: str) -> None:
+    """Print ``table`` and write it to ``path`` with the suffix ``.md``, and ``report`` beside it as ``.json``."""
+    print(table)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    out.with_suffix(".md").write_text(table + "\n")
+
+
 def machine_metadata(devices: Sequence[str]) -> Dict:
     """CPU, GPU, library versions and the git commit, for the JSON file."""
     import sklearn

@@ -14,7 +14,6 @@ Not a test: the test suite checks the values.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from benchmarks.run import SCRATCH_DIR, machine_metadata
+from benchmarks.run import SCRATCH_DIR, machine_metadata, write_tables
 from torch_lwlrap import multilabel_lwlrap, tie_report
 
 ENTRIES = {
@@ -97,12 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         torch.set_num_threads(args.threads)
     records = run(args.samples, args.classes, args.repeats)
     machine = machine_metadata(["cpu"])
-    table = markdown(records, machine)
-    print(table)
-    out = Path(args.out) / args.name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"machine": machine, "cases": records}, indent=2, default=str))
-    out.with_suffix(".md").write_text(table + "\n")
+    write_tables(Path(args.out) / args.name, {"machine": machine, "cases": records}, markdown(records, machine))
     return 0
 
 

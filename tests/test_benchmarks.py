@@ -178,6 +178,15 @@ def test_ties_benchmark_writes_its_tables(tmp_path):
     assert "| expected / max |" in (tmp_path / "ties.md").read_text()
 
 
+def test_ranking_metrics_benchmark_writes_its_table(tmp_path):
+    # A smoke run (no time asserted); its --out is the path of the tables without suffix.
+    run_module("benchmarks.ranking_metrics", "--sizes", "200x20", "--min-run-time", "0.02", "--no-anchors",
+               tmp_path=tmp_path)
+    report = json.loads(tmp_path.with_suffix(".json").read_text())
+    assert report["machine"] and report["cases"] and "| the six metric objects, one pass each |" in (
+        tmp_path.with_suffix(".md").read_text())
+
+
 def test_floor_ratio_benchmark_writes_its_table(tmp_path):
     # A smoke run (no time asserted): both medians, their ratio, and the table.
     run_module("benchmarks.floor_ratio", "--samples", "300", "--classes", "20", "--calls", "5", tmp_path=tmp_path)
