@@ -331,6 +331,16 @@ def test_updates_after_loading_write_into_neither_the_checkpoint_nor_another_met
             assert torch.equal(getattr(metric, name), value), name
 
 
+@pytest.mark.parametrize("cls, options, data", HOLDERS[:3] + HOLDERS[-1:], ids=["lwlrap", "bootstrap", "drawn", "distance"])
+def test_loaded_states_are_on_the_metric_s_device(cls, options, data):
+    # A checkpoint saved on the CPU, loaded into a metric already moved (here to the meta device, which needs no
+    # GPU): its states follow the metric, so the next update adds to them where its sums are.
+    held = _fed(_persistent(cls(**options)), data(C, 2, 1)).state_dict()
+    metric = _persistent(cls(**options)).to("meta")
+    metric.load_state_dict(held)
+    assert {getattr(metric, name).device.type for name in metric._defaults} == {"meta"}
+
+
 def test_a_drawn_seed_is_not_taken_over_an_explicit_one():
     saved = _persistent(MultilabelLRAP(C, num_bootstrap=4))  # drawn
     explicit = MultilabelLRAP(C, num_bootstrap=4, bootstrap_seed=saved.bootstrap_seed + 1)

@@ -182,7 +182,7 @@ class TaggedMetric(Metric):
             for name in self._defaults:
                 value = getattr(self, name)
                 if isinstance(value, Tensor):
-                    setattr(self, name, value.clone())
+                    setattr(self, name, value.to(device=self.device, copy=True))
         with _values_checked(self), self._forward_context():
             return super().forward(*args, **kwargs)
 
@@ -291,11 +291,12 @@ class TaggedMetric(Metric):
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
         # Updates add into the states in place (_add_sums): never into the checkpoint's own tensors (a state dict
-        # the caller still holds, or another metric loaded from it).
+        # the caller still holds, or another metric loaded from it), and on this metric's device (a checkpoint
+        # saved on the CPU, loaded into a metric already on a GPU).
         for name in self._defaults:
             value = getattr(self, name)
             if isinstance(value, Tensor):
-                setattr(self, name, value.clone())
+                setattr(self, name, value.to(device=self.device, copy=True))
 
 
 def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Dict[str, Any]:
