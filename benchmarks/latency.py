@@ -169,7 +169,7 @@ def _child_environment(source, wait_policy: str) -> Dict[str, str]:
 
 def _spin_child() -> Dict:
     """The CPU time torch's other threads (its OpenMP workers) take in the 100 ms after the loop's matmul, without
-    work: their spin-wait, which shares the cores with a parallel pass run right after. Medians of 8, in ms (None
+    work: their spin-wait, cores that other threads and processes do not get meanwhile. Medians of 8, in ms (None
     where ``/proc/self/task/*/schedstat`` cannot be read)."""
     import torch
 
@@ -278,8 +278,7 @@ def format_tables(records: List[Dict], meta: Dict) -> str:
     if meta.get("torch_spin_ms") is not None:
         lines.append(
             f"OMP_WAIT_POLICY {meta.get('omp_wait_policy', 'unset')}: after the loop's matmul torch's OpenMP "
-            f"threads take {meta['torch_spin_ms']:.1f} ms of CPU in the next 100 ms (their spin-wait; median of 8), "
-            f"sharing the cores with the update that follows."
+            f"threads take {meta['torch_spin_ms']:.1f} ms of CPU in the next 100 ms (their spin-wait; median of 8)."
         )
     if meta.get("before"):
         lines.append(f"Trees: after = {meta['after']}, before = {meta['before']}, alternating case by case.")

@@ -197,7 +197,8 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
 def _target_is_bad(
     target: Tensor, ignore_index: Optional[int], compiled: bool = False
 ) -> Union[None, bool, Tensor]:
-    """A 0-dim bool tensor, True when ``target`` holds a value other than 0, 1 and ``ignore_index``.
+    """True (a 0-dim bool tensor, or a Python bool) when ``target`` holds a value other than 0, 1 and
+    ``ignore_index``.
 
     None for a bool target (always valid). Fast paths, each exact: with ``compiled`` (the numba path ranks the
     batch), one compiled pass over a CPU target (:func:`torch_lwlrap._numba_kernel.target_is_bad`), whose answer is
@@ -259,8 +260,11 @@ def _check_values(
             flags.append(bad_target)
     if sample_weight is not None and sample_weight.numel():
         flags += [torch.isnan(sample_weight).any(), (sample_weight < 0).any(), torch.isinf(sample_weight).any()]
-    if not bad_on_host and (not flags or not (torch.stack(flags).any() if len(flags) > 1 else flags[0]).item()):
-        return  # (the one sync)
+    if not bad_on_host:
+        if not flags:
+            return
+        if not (flags[0] if len(flags) == 1 else torch.stack(flags).any()).item():  # the one sync
+            return
     if check_scores and torch.isnan(preds).any():
         raise nan_scores_error(preds)
     bad_target = (target != 0) & (target != 1)

@@ -151,9 +151,10 @@ if numba is not None:
         scores, target, ignore, has_ignore, validate, check_target, index_ties, sort_above, block_rows
     ):
         """:func:`one_pass_sums`'s pass: ``(status, *sums)``, the status of the first block that stopped (0:
-        none) and the five sums it allocates (zeros where a block stopped). ``target`` is bool as bytes (``check_target`` False: nothing to check, its words are scanned in
-        place) or of another dtype. Divides as numpy does (every parallel kernel does): with ``validate`` False a
-        NaN score's zero rank gives NaN instead of an error."""
+        none) and the five sums it allocates (zeros where a block stopped). ``target`` is bool as bytes
+        (``check_target`` False: nothing to check, its words are scanned in place) or of another dtype. Divides as
+        numpy does (every parallel kernel does): with ``validate`` False a NaN score's zero rank gives NaN instead
+        of an error."""
         num_samples, num_classes = scores.shape
         num_blocks = (num_samples + block_rows - 1) // block_rows
         block_sums = np.zeros((num_blocks, num_classes), dtype=np.float64)

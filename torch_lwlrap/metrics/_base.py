@@ -179,10 +179,7 @@ class TaggedMetric(Metric):
             # That forward updates the accumulated states, keeps them aside and updates emptied ones: updates add
             # in place, and torchmetrics before 1.3 keeps the states by reference (in a compute group, shared by
             # every member), so each forward starts from states of its own.
-            for name in self._defaults:
-                value = getattr(self, name)
-                if isinstance(value, Tensor):
-                    setattr(self, name, value.to(device=self.device, copy=True))
+            self._own_states()
         with _values_checked(self), self._forward_context():
             return super().forward(*args, **kwargs)
 
@@ -290,9 +287,13 @@ class TaggedMetric(Metric):
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
-        # Updates add into the states in place (_add_sums): never into the checkpoint's own tensors (a state dict
-        # the caller still holds, or another metric loaded from it), and on this metric's device (a checkpoint
-        # saved on the CPU, loaded into a metric already on a GPU).
+        # Never into the checkpoint's own tensors (a state dict the caller still holds, or another metric loaded
+        # from it), and on this metric's device (a checkpoint saved on the CPU, loaded into a metric on a GPU).
+        self._own_states()
+
+    def _own_states(self) -> None:
+        """Replace every tensor state by a copy of its own on this metric's device: updates add into the states in
+        place (:meth:`_add_sums`), so no state may share its memory with a tensor held elsewhere."""
         for name in self._defaults:
             value = getattr(self, name)
             if isinstance(value, Tensor):
