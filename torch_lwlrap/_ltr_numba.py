@@ -341,22 +341,26 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     @serial_kernel
     def _pairs_with(pair_a, pair_b, p, n):
         """Twice the distance's numerator over the pairs ``(p, q > p)``: 2 for a pair ordered oppositely, 1 for a
-        pair tied in one row only (branch-free, so that the loop is vectorized)."""
-        twice = 0
+        pair tied in one row only (branch-free, in 32-bit integers, unsigned indices: the loop is vectorized, 5 times
+        as fast as with 64-bit products). ``p``, ``n``: unsigned."""
+        twice = np.int32(0)
         x, y = pair_a[p], pair_b[p]
-        for q in range(p + 1, n):
-            da = np.int64(x > pair_a[q]) - np.int64(x < pair_a[q])
-            db = np.int64(y > pair_b[q]) - np.int64(y < pair_b[q])
-            twice += np.int64(da * db < 0) * 2 + np.int64((da == 0) != (db == 0))
-        return twice
+        for q in range(p + np.uint64(1), n):
+            above_a, below_a, above_b, below_b = x > pair_a[q], x < pair_a[q], y > pair_b[q], y < pair_b[q]
+            opposite = (above_a & below_b) | (below_a & above_b)
+            twice += np.int32(opposite) * np.int32(2) + np.int32((above_a | below_a) != (above_b | below_b))
+        return np.int64(twice)
 
     @serial_kernel
     def _add(col, mark, union, n):
+        """Add column ``col`` to ``union[:n]`` unless ``mark``ed; returns the new size. Unsigned indices (``n`` too)
+        spare numba's check for a negative one."""
+        col = np.uint64(col)
         if mark[col]:
             return n
         mark[col] = True
         union[n] = col
-        return n + 1
+        return n + np.uint64(1)
 
     @serial_kernel
     def _kth_highest(values, m, k, top):
@@ -376,9 +380,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return top[k - 1]
 
     @serial_kernel
-    def _add_top(values, bits, nbits, k, mark, union, n, top_values, top_cols, cand_values, work):
+    def _add_top(values, bits, nbits, k, mark, union, n, top_values, top_cols, cand_values, cand_cols, work):
         """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed;
-        returns the new size."""
+        returns the new size (``n`` unsigned, as in :func:`_add`)."""
         num_classes = values.shape[0]
         num_chunks = (num_classes + SCAN_CHUNK - 1) // SCAN_CHUNK
         if k <= min(SCAN_MAX_K, num_chunks // 2):
@@ -394,61 +398,74 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     best = max(best, values[i])
                 chunk_max[full] = best
             floor = _kth_highest(chunk_max, num_chunks, k, top_values)
-            # The candidates, in column order (branch-free).
-            cand_cols = work[1]
-            m = 0
+            # The candidates, in column order (branch-free; an unsigned count spares each store numba's check for a
+            # negative index: 2.6 times as fast).
+            found = np.uint64(0)
             for c in range(num_chunks):
                 if chunk_max[c] < floor:
                     continue
                 for j in range(c * SCAN_CHUNK, min((c + 1) * SCAN_CHUNK, num_classes)):
                     v = values[j]
-                    cand_values[m] = v
-                    cand_cols[m] = j
-                    m += v >= floor
+                    cand_values[found] = v
+                    cand_cols[found] = j
+                    found += np.uint64(v >= floor)
+            m = np.int64(found)
             if k <= m <= k + DROP_MAX:
                 # A few too many: drop the lowest, the last (highest column) of equal ones, one at a time.
-                while m > k:
-                    at = 0
+                one, top = np.uint64(1), np.uint64(k)
+                while found > top:
+                    at = np.uint64(0)
                     low = cand_values[0]
-                    for i in range(1, m):
+                    for i in range(one, found):
                         if cand_values[i] <= low:
                             low = cand_values[i]
                             at = i
-                    for i in range(at, m - 1):
-                        cand_values[i] = cand_values[i + 1]
-                        cand_cols[i] = cand_cols[i + 1]
-                    m -= 1
+                    for i in range(at, found - one):
+                        cand_values[i] = cand_values[i + one]
+                        cand_cols[i] = cand_cols[i + one]
+                    found -= one
                 for i in range(k):
                     n = _add(cand_cols[i], mark, union, n)
                 return n
             if m > k:
-                # Many (ties): a buffer sorted by (value descending, column ascending), read in column order, so
-                # that a later column displaces an entry only with a strictly higher value.
-                for i in range(m):
-                    v = cand_values[i]
-                    if i >= k:
-                        if not v > top_values[k - 1]:
-                            continue
-                        p = k - 2
-                    else:
-                        p = i - 1
-                    while p >= 0 and top_values[p] < v:
-                        top_values[p + 1] = top_values[p]
-                        top_cols[p + 1] = top_cols[p]
-                        p -= 1
-                    top_values[p + 1] = v
-                    top_cols[p + 1] = cand_cols[i]
-                for i in range(k):
-                    n = _add(top_cols[i], mark, union, n)
-                return n
+                return _add_many(cand_values, cand_cols, m, k, mark, union, n, top_values, top_cols)
             # Fewer than k candidates: only NaN scores, which no check took out, do that. The sort takes any bits.
+        return _add_sorted(bits, nbits, k, mark, union, n, work)
+
+    # The two rare ways of _add_top, compiled apart so that its common one stays small (1.1 times as fast).
+
+    @serial_kernel
+    def _add_many(cand_values, cand_cols, m, k, mark, union, n, top_values, top_cols):
+        """Many candidates (ties): a buffer sorted by (value descending, column ascending), read in column order, so
+        that a later column displaces an entry only with a strictly higher value."""
+        for i in range(m):
+            v = cand_values[i]
+            if i >= k:
+                if not v > top_values[k - 1]:
+                    continue
+                p = k - 2
+            else:
+                p = i - 1
+            while p >= 0 and top_values[p] < v:
+                top_values[p + 1] = top_values[p]
+                top_cols[p + 1] = top_cols[p]
+                p -= 1
+            top_values[p + 1] = v
+            top_cols[p + 1] = cand_cols[i]
+        for i in range(k):
+            n = _add(top_cols[i], mark, union, n)
+        return n
+
+    @serial_kernel
+    def _add_sorted(bits, nbits, k, mark, union, n, work):
+        """The top ``k`` of a sorted row: the entries from position C - k on, except that the group of equal keys
+        across that position contributes its lowest columns (its first entries)."""
+        num_classes = bits.shape[0]
         keys, cols, tmp_keys, tmp_cols, count = work[0], work[1], work[2], work[3], work[4]
         for j in range(num_classes):
             keys[j] = _key(bits[j], nbits)
             cols[j] = j
         _sort(keys, cols, num_classes, nbits, tmp_keys, tmp_cols, count)
-        # Ascending: the top k are the entries from position C - k on, except that the group of equal keys across
-        # that position contributes its lowest columns (its first entries).
         cut = num_classes - k
         start = cut
         while start > 0 and keys[start - 1] == keys[cut]:
@@ -469,10 +486,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         for block in prange(num_blocks):
             work = _workspace(num_classes, bits_a)
             mark = np.zeros(num_classes, np.bool_)
-            union = np.empty(num_classes, np.int64)
+            union = np.empty(num_classes, np.uint64)  # unsigned: no check for a negative index where it is read
             top_values = np.empty(num_classes + 1, values_a.dtype)  # the buffer, then the chunk maxima
             top_cols = np.empty(num_classes, np.int64)
-            cand_values = np.empty(num_classes, values_a.dtype)  # the candidates of the scan (their columns: work[1])
+            cand_values = np.empty(num_classes, values_a.dtype)  # the candidates of the scan, and their columns
+            cand_cols = np.empty(num_classes, np.uint64)
             keys_a = np.empty(num_classes, bits_a.dtype)
             keys_b = np.empty(num_classes, bits_a.dtype)
             pair_a = np.empty(PAIRS_MAX, values_a.dtype)
@@ -483,20 +501,23 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     out[row] = np.nan
                     continue
                 a, b = values_a[row], values_b[row]
-                n = _add_top(a, bits_a[row], nbits, k, mark, union, 0, top_values, top_cols, cand_values, work)
-                n = _add_top(b, bits_b[row], nbits, k, mark, union, n, top_values, top_cols, cand_values, work)
-                for p in range(n):
+                size = _add_top(a, bits_a[row], nbits, k, mark, union, np.uint64(0), top_values, top_cols,
+                                cand_values, cand_cols, work)
+                size = _add_top(b, bits_b[row], nbits, k, mark, union, size, top_values, top_cols, cand_values,
+                                cand_cols, work)
+                for p in range(size):
                     mark[union[p]] = False
+                n = np.int64(size)
                 if n < 2:
                     out[row] = 0.0
                     continue
                 twice = 0  # twice the distance's numerator: 2 per opposite pair, 1 per pair tied in one row only
                 if n <= PAIRS_MAX:
-                    for p in range(n):
+                    for p in range(size):
                         pair_a[p] = a[union[p]]
                         pair_b[p] = b[union[p]]
-                    for p in range(n):
-                        twice += _pairs_with(pair_a, pair_b, p, n)
+                    for p in range(size):
+                        twice += _pairs_with(pair_a, pair_b, p, size)
                 else:
                     for p in range(n):
                         keys_a[p] = _key(bits_a[row, union[p]], nbits)
