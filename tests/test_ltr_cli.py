@@ -63,8 +63,8 @@ def test_benchmark_script_times_every_entry_and_reports_each_goal(tmp_path):
     from benchmarks import ltr_agreement
 
     out = tmp_path / "bench"
-    assert ltr_agreement.main(["--sizes", "200x12", "--min-run-time", "0.01", "--scipy-rows", "5", "--out",
-                               str(out)]) == 0
+    args = ["--sizes", "200x12", "--min-run-time", "0.01", "--rounds", "2", "--scipy-rows", "5", "--out", str(out)]
+    assert ltr_agreement.main(args) == 0
     table = out.with_suffix(".md").read_text()
     for name in list(ltr_agreement.entries(12)) + ["scipy spearmanr loop", "scipy kendalltau loop"]:
         assert f"| {name} |" in table
@@ -72,4 +72,7 @@ def test_benchmark_script_times_every_entry_and_reports_each_goal(tmp_path):
     (case,) = report["cases"]
     assert set(case["goals"]) == set(ltr_agreement.GOALS)
     assert all(goal["ratio"] > 0 and goal["scipy_speedup_per_row"] > 0 for goal in case["goals"].values())
+    for goal in case["goals"].values():  # the median of the rounds' ratios lies within their range
+        assert goal["ratio_range"][0] <= goal["ratio"] <= goal["ratio_range"][1]
+    assert all(len(times) == 2 for times in case["seconds_per_round"].values())
     assert report["machine"]
