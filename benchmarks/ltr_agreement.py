@@ -168,6 +168,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ltr_agreement"))
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.threads:
         torch.set_num_threads(args.threads)
     records = run(parse_sizes(args.sizes), args.min_run_time, args.scipy_rows, args.rounds)

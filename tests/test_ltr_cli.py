@@ -76,3 +76,5 @@ def test_benchmark_script_times_every_entry_and_reports_each_goal(tmp_path):
         assert goal["ratio_range"][0] <= goal["ratio"] <= goal["ratio_range"][1]
     assert all(len(times) == 2 for times in case["seconds_per_round"].values())
     assert report["machine"]
+    with pytest.raises(SystemExit):  # no round, no median: refused before anything runs
+        ltr_agreement.main(args[:6] + ["--rounds", "0"] + args[8:])
