@@ -1,4 +1,5 @@
-"""Compiled per-row sorts of the rank-agreement kernels (:mod:`torch_lwlrap._ltr_numba`), with numba.
+"""Compiled per-row sorts of the rank-agreement kernels (:mod:`torch_lwlrap._ltr_numba`), with numba, and the
+bit tests on scores they start from (the order-preserving key, the NaN test).
 
 A row is ranked by a stable least-significant-digit radix sort of its scores' bits, made order-preserving
 (``-0.0`` read as ``0.0``), a pass skipped when all of the row's keys share its digit. A float32 key (float16 and
