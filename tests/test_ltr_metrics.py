@@ -87,7 +87,8 @@ def naive_distance(a, b, k):
             continue
         score = 0.0
         for u, v in itertools.combinations(sorted(top), 2):
-            dx, dy = np.sign(x[u] - x[v]), np.sign(y[u] - y[v])
+            # By comparison, not subtraction: two equal infinities are tied (their difference is NaN).
+            dx, dy = (x[u] > x[v]) - (x[u] < x[v]), (y[u] > y[v]) - (y[u] < y[v])
             if dx * dy < 0:
                 score += 1
             elif (dx == 0) != (dy == 0):
@@ -281,6 +282,29 @@ def test_distance_at_k_on_wide_rows_takes_every_kernel_branch(engine, k):
     a, b = tied_rows(8, n=6, c=150, levels=25, dtype=torch.float32)
     with use_engine(engine):
         close(multilabel_kendall_distance_at_k(a, b, k), naive_distance(a, b, k), f"k={k}")
+
+
+@pytest.mark.skipif(_ltr_numba.unavailable_reason("cpu", torch.float32) is not None, reason="needs numba")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("c", [64, 97, 527])
+@pytest.mark.parametrize("k", [1, 8, 10, 24, 48])
+def test_the_compiled_scan_for_the_top_k_equals_brute_force_row_by_row(dtype, c, k):
+    # The scan takes k up to 48 on rows of at least 2 G labels (G: 2 k rounded up to 16): k up to 8 from 32 labels,
+    # 16 from 64, 24 from 96, 48 from 192; the other rows sort (here k = 24 and 48 at 64 labels, 48 at 97). Rows:
+    # distinct scores, a few levels (tied candidates beyond what the scan places, ties across the k-th place), 40
+    # levels, 0/1 scores, and -inf, +inf, -0.0 among them. Widths 64 and 527 end in a whole and a partial vector.
+    g = torch.Generator().manual_seed(c * 100 + k)
+    rows = [torch.randn(4, c, generator=g, dtype=torch.float64), torch.randint(0, 3, (4, c), generator=g),
+            torch.randint(0, 40, (4, c), generator=g), (torch.rand(4, c, generator=g) < 0.05)]
+    a = torch.cat([r.to(torch.float64) for r in rows])
+    b = torch.cat([a[:4] + 0.5 * torch.randn(4, c, generator=g, dtype=torch.float64),
+                   a[4:][:, torch.randperm(c, generator=g)]])
+    a[1, ::5], a[2, 3], b[3, 7], b[5, :9] = -math.inf, math.inf, -0.0, 0.0
+    a, b = a.to(dtype), b.to(dtype)
+    rows_out, nan_found = _ltr_numba.distance_rows(a, b, k, check_nan=True)
+    assert not nan_found
+    for i in range(a.shape[0]):
+        assert rows_out[i].item() == pytest.approx(naive_distance(a[i : i + 1], b[i : i + 1], k), rel=1e-12, abs=0), (i, k)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -19,12 +19,15 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   in one read through a 4-ary trie over the ranks' 2-bit digits, whose nodes are words of four 16-bit counters
   (``O(C log C)``, branch-free; a binary trie beyond 65535 labels). Sorted keys without ties (one vectorized read)
   skip the tie counts: the dense ranks are the positions, their inversions (up to 1023) a bitset's popcounts.
-* Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K`; a larger ``k``
-  sorts the row): the maxima of chunks of :data:`SCAN_CHUNK` entries bound the k-th highest score from below (the
-  k-th highest chunk maximum, found by branch-free max and min steps); the few entries at or above that bound are
-  the candidates, gathered branch-free, and the lowest of them are dropped until k remain (a sorted buffer where
-  ties make many). The union of the two top sets is marked, and its pairs are compared directly when the union is
-  small (:data:`PAIRS_MAX`), else counted as for tau.
+* Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K` and a row of at
+  least ``2 G`` labels; otherwise the row is sorted), in the vectors of :mod:`torch_lwlrap._numba_vector`: the row's
+  columns fall into ``G`` groups by column modulo ``G`` (``G``: ``2 k`` rounded up to whole vectors), whose maxima are a running vector maximum over the row; the k-th highest group
+  maximum, found by counting for each the maxima above it, bounds the k-th highest score from below; the entries at
+  or above that bound are the candidates, taken from the set bits of vector comparisons, and each candidate's
+  place among them (those above it, the equal ones in lower columns) decides whether it is one of the top ``k``.
+  Ties that leave many candidates go through a sorted buffer. The union of the two top sets is marked, and its
+  pairs are compared directly, an entry against a vector of the later ones, when the union is small
+  (:data:`PAIRS_MAX`), else counted as for tau.
 
 Both variants of a parallel kernel write per-row values only; torch sums them in row order, so results do not depend
 on the thread count.
@@ -40,6 +43,7 @@ from torch import Tensor
 
 from torch_lwlrap._kernel_contract import SCORE_DTYPES
 from torch_lwlrap._ltr_sort import DIGIT_BITS
+from torch_lwlrap._numba_vector import LANES
 from torch_lwlrap import _numba_runtime
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 
@@ -53,18 +57,19 @@ INT_SUMS_MAX = 2_000_000  # the longest row whose Spearman sums (up to C**3 / 3)
 #: Largest rank whose distinct values are counted through a bitset (16 words) and a trie over its words.
 BITSET_MAX_RANK = 1023
 
-#: Largest k whose top set is found by a scan (and at most half the row's chunks); a larger k sorts the row.
+#: Largest k whose top set is found by a scan; a larger k sorts the row.
 SCAN_MAX_K = 48
 
-#: Entries per chunk of a scan: each chunk's maximum bounds the k-th highest entry from below.
-SCAN_CHUNK = 16
+#: Most candidates that the scan places by vector comparisons; more (ties) go through a sorted buffer.
+RANKED_MAX = 4 * LANES
 
-#: Most candidates beyond k that the scan drops one at a time (the lowest first); more (ties) go through a sorted
-#: buffer.
-DROP_MAX = 8
+#: Group maxima of a scan at most: a scan for the top k takes 2 k groups rounded up to whole vectors (about k and a
+#: few more entries then reach the k-th highest group maximum on scores without ties), and rows of at least twice as
+#: many labels.
+SCAN_MAX_GROUPS = (2 * SCAN_MAX_K + LANES - 1) // LANES * LANES
 
-#: Largest union compared pair by pair; a larger one is counted as for tau.
-PAIRS_MAX = 48
+#: Largest union compared pair by pair (in vectors of :data:`LANES` entries); a larger one is counted as for tau.
+PAIRS_MAX = 3 * LANES
 
 
 def unavailable_reason(device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
@@ -132,16 +137,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         _LOW, _count_key, _has_nan, _has_ties, _key, _sort, _sort_packed, _sorted_words,
     )
 
-    from numba.core import types as _types
-    from numba.extending import intrinsic as _intrinsic
-
-    @_intrinsic
-    def _popcount(typingctx, word):
-        """The set bits of a uint64 (LLVM's ``ctpop``: one instruction where the processor has one)."""
-        def codegen(context, builder, signature, args):
-            return builder.call(builder.module.declare_intrinsic("llvm.ctpop", [args[0].type]), args)
-
-        return _types.uint64(_types.uint64), codegen
+    from torch_lwlrap._numba_vector import (
+        lanes_eq, lanes_ge, lanes_gt, lanes_lt, lanes_max, lanes_store_max, lowest_bit, popcount,
+    )
 
     #: One in each 16-bit counter below ``x`` (:func:`_inversions_4ary`).
     _BELOW = np.array([0, 1, 0x10001, 0x100010001], np.uint64)
@@ -186,7 +184,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             w = v >> np.uint64(6)
             bit = v & np.uint64(63)
             word = work[w]
-            dis += _popcount(word >> bit)  # the values read in this word above v (v itself is not there yet)
+            dis += popcount(word >> bit)  # the values read in this word above v (v itself is not there yet)
             work[w] = word | (np.uint64(1) << bit)
             x, y = w >> np.uint64(2), w & np.uint64(3)  # the word's two digits
             node = work[17]
@@ -329,103 +327,118 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
                     defined[row] = True
 
-    @serial_kernel(fastmath=True)
-    def _chunk_max(values, start):
-        # A fixed trip count and fastmath let the reduction be vectorized; the row holds no NaN (checked first, or
-        # the caller takes no check: then any value will do).
-        best = values[start]
-        for i in range(1, SCAN_CHUNK):
-            best = max(best, values[start + i])
-        return best
-
     @serial_kernel
-    def _pairs_with(pair_a, pair_b, p, n):
-        """Twice the distance's numerator over the pairs ``(p, q > p)``: 2 for a pair ordered oppositely, 1 for a
-        pair tied in one row only. Branch-free, from the four comparisons' booleans (no product of two signs) and
-        with unsigned indices: 5 times as fast as the signs' products. ``p``, ``n``: unsigned."""
-        twice = 0
-        x, y = pair_a[p], pair_b[p]
-        for q in range(p + np.uint64(1), n):
-            above_a, below_a, above_b, below_b = x > pair_a[q], x < pair_a[q], y > pair_b[q], y < pair_b[q]
-            opposite = (above_a & below_b) | (below_a & above_b)
-            twice += 2 * np.int64(opposite) + np.int64((above_a | below_a) != (above_b | below_b))
-        return twice
+    def _twice_discordant(pair_a, pair_b, n):
+        """Twice the distance's numerator over the pairs of ``pair_a[:n]``, ``pair_b[:n]`` (``n`` up to
+        :data:`PAIRS_MAX`, the arrays that long): 2 for a pair ordered oppositely, 1 for a pair tied in one row only.
+        Each entry ``p`` against the vectors of the later ones, as bit masks of the four comparisons."""
+        twice = np.uint64(0)
+        n = np.uint64(n)
+        one, lanes = np.uint64(1), np.uint64(LANES)
+        for p in range(n):
+            x, y = pair_a[p], pair_b[p]
+            for start in range((p + one) // lanes * lanes, n, lanes):
+                low = p + one - start if p + one > start else np.uint64(0)
+                high = n - start if n - start < lanes else lanes
+                later = ((one << high) - one) & ~((one << low) - one)  # the entries q with p < q < n
+                above_a, below_a = lanes_lt(pair_a, start, x), lanes_gt(pair_a, start, x)
+                above_b, below_b = lanes_lt(pair_b, start, y), lanes_gt(pair_b, start, y)
+                opposite = ((above_a & below_b) | (below_a & above_b)) & later
+                one_tied = ((above_a | below_a) ^ (above_b | below_b)) & later
+                twice += (popcount(opposite) << one) + popcount(one_tied)
+        return np.int64(twice)
 
     @serial_kernel
     def _add(col, mark, union, n):
-        """Add column ``col`` to ``union[:n]`` unless ``mark``ed; returns the new size. Unsigned indices (``n`` too)
-        spare numba's check for a negative one."""
+        """Add column ``col`` to ``union[:n]`` unless ``mark``ed; returns the new size. Branch-free (``union`` holds
+        one entry more than the row), with unsigned indices (``n`` too): no check for a negative one."""
         col = np.uint64(col)
-        if mark[col]:
-            return n
-        mark[col] = True
         union[n] = col
-        return n + np.uint64(1)
+        n += np.uint64(not mark[col])
+        mark[col] = True
+        return n
 
     @serial_kernel
-    def _kth_highest(values, m, k, top):
-        """The ``k``-th highest of ``values[:m]`` (``k <= m``), through ``top[:k]``: a buffer of the ``k`` highest
-        so far, descending, that starts at -inf, and down which each value is passed by branch-free max and min
-        steps (about 2.5 times as fast as an insertion that branches). Every value stays one of the inputs, so that
-        an unchecked NaN gives some value, and the caller falls back to a sort when fewer than ``k`` entries reach
-        it."""
-        for p in range(k):
-            top[p] = -np.inf
+    def _kth_highest(values, m, k):
+        """The ``k``-th highest of ``values[:m]`` (``k <= m``, ``m`` whole vectors): the lowest entry that fewer
+        than ``k`` entries exceed, each entry's count from vector comparisons, branch-free. An unchecked NaN gives
+        some value, and the caller falls back to a sort when fewer than ``k`` entries reach it."""
+        lanes = np.uint64(LANES)
+        stop = np.uint64(m)
+        floor = lanes_max(values, 0)  # the highest, which qualifies
+        for start in range(lanes, stop, lanes):
+            floor = max(floor, lanes_max(values, start))
+        most = np.float32(k)
         for c in range(m):
             v = values[c]
-            for p in range(k):
-                t = top[p]
-                top[p] = max(t, v)
-                v = min(t, v)
-        return top[k - 1]
+            above = np.uint64(0)
+            for start in range(np.uint64(0), stop, lanes):
+                above += popcount(lanes_gt(values, start, v))
+            # A float comparison: the select is a blend, where an integer one makes a branch (often mispredicted).
+            floor = min(floor, v if np.float32(above) < most else floor)
+        return floor
 
     @serial_kernel
-    def _add_top(values, bits, nbits, k, mark, union, n, top_values, top_cols, cand_values, cand_cols, work):
+    def _add_top(values, bits, nbits, k, mark, union, n, top_values, top_cols, cand_values, cand_cols, work,
+                 group_max):
         """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed;
-        returns the new size (``n`` unsigned, as in :func:`_add`)."""
+        returns the new size (``n`` unsigned, as in :func:`_add`). ``group_max``: :data:`SCAN_MAX_GROUPS` entries;
+        ``cand_values``, ``cand_cols``: the row's length and a vector more."""
         num_classes = values.shape[0]
-        num_chunks = (num_classes + SCAN_CHUNK - 1) // SCAN_CHUNK
-        if k <= min(SCAN_MAX_K, num_chunks // 2):
-            # The k highest chunk maxima are k entries, so the k-th highest entry is at least the lowest of them:
-            # only the entries at or above it, in the chunks that hold one, are candidates.
-            chunk_max = top_values[k:]
-            full = num_classes // SCAN_CHUNK
-            for c in range(full):
-                chunk_max[c] = _chunk_max(values, c * SCAN_CHUNK)
-            if full < num_chunks:
-                best = values[full * SCAN_CHUNK]
-                for i in range(full * SCAN_CHUNK + 1, num_classes):
-                    best = max(best, values[i])
-                chunk_max[full] = best
-            floor = _kth_highest(chunk_max, num_chunks, k, top_values)
-            # The candidates, in column order (branch-free; an unsigned count spares each store numba's check for a
-            # negative index: 2.6 times as fast).
+        groups = (2 * k + LANES - 1) // LANES * LANES  # see SCAN_MAX_GROUPS
+        if k <= SCAN_MAX_K and 2 * groups <= num_classes:
+            # Group g holds the columns g, g + groups, ...: the k highest group maxima are k entries, so the k-th
+            # highest entry is at least the lowest of them, and only the entries at or above it are candidates.
+            stripes = num_classes // groups * groups
+            for g in range(0, groups, LANES):  # a vector of groups at a time, its maxima kept in registers
+                lanes_store_max(group_max, g, values, g, values, groups + g)
+                for start in range(2 * groups, stripes, groups):
+                    lanes_store_max(group_max, g, group_max, g, values, start + g)
+            for j in range(stripes, num_classes):
+                group_max[j - stripes] = max(group_max[j - stripes], values[j])
+            floor = _kth_highest(group_max, groups, k)
+            # The candidates, in column order: the set bits of vector comparisons, four to a 64-bit word, of which
+            # the first four set bits are taken without a branch (a word with more goes on one at a time); unsigned
+            # counts spare a check for a negative index.
+            one, lanes = np.uint64(1), np.uint64(LANES)
             found = np.uint64(0)
-            for c in range(num_chunks):
-                if chunk_max[c] < floor:
-                    continue
-                for j in range(c * SCAN_CHUNK, min((c + 1) * SCAN_CHUNK, num_classes)):
-                    v = values[j]
-                    cand_values[found] = v
-                    cand_cols[found] = j
-                    found += np.uint64(v >= floor)
+            whole = np.uint64(num_classes // LANES * LANES)
+            for base in range(np.uint64(0), whole, np.uint64(4 * LANES)):
+                word = np.uint64(0)
+                for start in range(base, min(base + np.uint64(4 * LANES), whole), lanes):
+                    word |= lanes_ge(values, start, floor) << (start - base)
+                count = popcount(word)
+                for i in range(4):
+                    cand_cols[found + np.uint64(i)] = base + lowest_bit(word)  # past the count: overwritten later
+                    word &= word - one
+                found += min(count, np.uint64(4))
+                while word:
+                    cand_cols[found] = base + lowest_bit(word)
+                    found += one
+                    word &= word - one
+            for j in range(whole, num_classes):
+                cand_cols[found] = j
+                found += np.uint64(values[j] >= floor)
+            for i in range(found):
+                cand_values[i] = values[cand_cols[i]]
             m = np.int64(found)
-            if k <= m <= k + DROP_MAX:
-                # A few too many: drop the lowest, the last (highest column) of equal ones, one at a time.
-                one, top = np.uint64(1), np.uint64(k)
-                while found > top:
-                    at = np.uint64(0)
-                    low = cand_values[0]
-                    for i in range(one, found):
-                        if cand_values[i] <= low:
-                            low = cand_values[i]
-                            at = i
-                    for i in range(at, found - one):
-                        cand_values[i] = cand_values[i + one]
-                        cand_cols[i] = cand_cols[i + one]
-                    found -= one
-                for i in range(k):
-                    n = _add(cand_cols[i], mark, union, n)
+            if k <= m <= RANKED_MAX:
+                # Each candidate's place: the candidates above it and the equal ones before it (vector comparisons;
+                # the entries past the candidates are -inf and never above, nor before).
+                cand_values[found: (found + lanes - one) // lanes * lanes] = -np.inf
+                for i in range(found):
+                    v = cand_values[i]
+                    place = np.uint64(0)
+                    for start in range(np.uint64(0), found, lanes):
+                        before = (one << (i - start)) - one if i - start < lanes else ~np.uint64(0)
+                        before = before if i >= start else np.uint64(0)
+                        place += popcount(lanes_gt(cand_values, start, v))
+                        place += popcount(lanes_eq(cand_values, start, v) & before)
+                    col = cand_cols[i]
+                    take = place < np.uint64(k)
+                    union[n] = col
+                    n += np.uint64(take and not mark[col])
+                    mark[col] |= take
                 return n
             if m > k:
                 return _add_many(cand_values, cand_cols, m, k, mark, union, n, top_values, top_cols)
@@ -487,15 +500,16 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         for block in prange(num_blocks):
             work = _workspace(num_classes, bits_a)
             mark = np.zeros(num_classes, np.bool_)
-            union = np.empty(num_classes, np.uint64)  # unsigned: no check for a negative index where it is read
-            top_values = np.empty(num_classes + 1, values_a.dtype)  # the buffer, then the chunk maxima
+            union = np.empty(num_classes + 1, np.uint64)  # unsigned: no check for a negative index where it is read
+            top_values = np.empty(num_classes, values_a.dtype)
             top_cols = np.empty(num_classes, np.int64)
-            cand_values = np.empty(num_classes, values_a.dtype)  # the candidates of the scan, and their columns
-            cand_cols = np.empty(num_classes, np.uint64)
+            cand_values = np.empty(num_classes + LANES, values_a.dtype)  # the candidates of a scan, their columns
+            cand_cols = np.empty(num_classes + 4, np.uint64)
             keys_a = np.empty(num_classes, bits_a.dtype)
             keys_b = np.empty(num_classes, bits_a.dtype)
-            pair_a = np.empty(PAIRS_MAX, values_a.dtype)
-            pair_b = np.empty(PAIRS_MAX, values_a.dtype)
+            pair_a = np.zeros(PAIRS_MAX, values_a.dtype)
+            pair_b = np.zeros(PAIRS_MAX, values_a.dtype)
+            group_max = np.empty(SCAN_MAX_GROUPS, values_a.dtype)
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
                 if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
                                   or _has_nan(bits_b[row], 0, num_classes, nbits)):
@@ -503,9 +517,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     continue
                 a, b = values_a[row], values_b[row]
                 size = _add_top(a, bits_a[row], nbits, k, mark, union, np.uint64(0), top_values, top_cols,
-                                cand_values, cand_cols, work)
+                                cand_values, cand_cols, work, group_max)
                 size = _add_top(b, bits_b[row], nbits, k, mark, union, size, top_values, top_cols, cand_values,
-                                cand_cols, work)
+                                cand_cols, work, group_max)
                 for p in range(size):
                     mark[union[p]] = False
                 n = np.int64(size)
@@ -517,8 +531,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     for p in range(size):
                         pair_a[p] = a[union[p]]
                         pair_b[p] = b[union[p]]
-                    for p in range(size):
-                        twice += _pairs_with(pair_a, pair_b, p, size)
+                    twice = _twice_discordant(pair_a, pair_b, size)
                 else:
                     for p in range(n):
                         keys_a[p] = _key(bits_a[row, union[p]], nbits)

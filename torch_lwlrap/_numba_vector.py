@@ -1,0 +1,147 @@
+"""Vector and bit primitives for the numba kernels, written as LLVM IR (numba's ``intrinsic``).
+
+numba leaves vector code to LLVM's loop vectorizer and keeps its SLP vectorizer off, so a loop with a small fixed
+trip count (the 16 entries of a chunk) is unrolled into scalar code, each load with a check for a negative index.
+These primitives load :data:`LANES` consecutive entries of a contiguous 1-D float32 or float64 array as one LLVM
+vector and reduce it there: LLVM lowers them to the processor's vector instructions (AVX2, SSE, NEON), the same
+values on any of them.
+
+* :func:`lanes_max`: the highest of ``LANES`` entries (a tree of ``>`` and select: with a NaN among them, one of
+  the entries, never an error; the callers test for NaN first or take any value).
+* :func:`lanes_store_max`: ``dst[d : d + LANES]`` set to the higher of ``a[i : i + LANES]`` and
+  ``b[j : j + LANES]``, entry by entry (the same select). Accumulate in a loop that keeps ``d`` fixed: LLVM then
+  keeps the running maxima in registers (a vector load of what a store has just written can miss the store's
+  forwarding where it crosses a cache line, a stall each time).
+* :func:`lanes_ge`, :func:`lanes_gt`, :func:`lanes_lt`, :func:`lanes_eq`: a bit mask, bit ``i`` set when entry
+  ``start + i`` is ``>=``, ``>``, ``<``, ``==`` a scalar (ordered comparisons: a NaN sets no bit).
+* :func:`popcount`, :func:`lowest_bit`: the set bits of a uint64 and the index of its lowest set bit.
+
+The entries ``start .. start + LANES - 1`` must lie inside the array: the caller reads a shorter tail one entry at a
+time.
+"""
+
+from __future__ import annotations
+
+from torch_lwlrap._numba_runtime import numba
+
+__all__ = ["LANES"]
+
+#: Entries per vector primitive: 16 float32 (two AVX2 registers) or float64 values.
+LANES = 16
+
+
+if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    _I32 = ir.IntType(32)
+    _I64 = ir.IntType(64)
+
+    def _contiguous_floats(array) -> bool:
+        return (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
+                and array.dtype in (types.float32, types.float64))
+
+    def _address(context, builder, array_type, array, start_type, start):
+        """Where ``array[start]`` lies, as a pointer to a vector of ``LANES`` entries."""
+        data = context.make_array(array_type)(context, builder, array).data
+        at = builder.gep(data, [context.cast(builder, start, start_type, types.intp)])
+        return builder.bitcast(at, ir.VectorType(context.get_value_type(array_type.dtype), LANES).as_pointer())
+
+    def _load(context, builder, array_type, array, start_type, start):
+        """The ``LANES`` entries of ``array`` from ``start`` on, as one LLVM vector."""
+        return builder.load(_address(context, builder, array_type, array, start_type, start),
+                            align=array_type.dtype.bitwidth // 8)
+
+    def _higher(builder, a, b):
+        """Entry by entry, ``b`` where it is above ``a``, else ``a``."""
+        return builder.select(builder.fcmp_ordered(">", b, a), b, a)
+
+    def _splat(builder, vector_type, value):
+        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0))
+        return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                                      ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
+
+    @intrinsic
+    def lanes_max(typingctx, array, start):
+        """The highest of ``array[start : start + LANES]``."""
+        if not (_contiguous_floats(array) and isinstance(start, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            vector = _load(context, builder, signature.args[0], args[0], signature.args[1], args[1])
+            width = LANES
+            while width > 1:  # halve: the upper half against the lower
+                width //= 2
+                lanes = ir.VectorType(vector.type.element, width)
+                low = builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
+                                             ir.Constant(ir.VectorType(_I32, width), list(range(width))))
+                high = builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
+                                              ir.Constant(ir.VectorType(_I32, width), list(range(width, 2 * width))))
+                vector = _higher(builder, low, high)
+                assert vector.type == lanes
+            return builder.extract_element(vector, ir.Constant(_I32, 0))
+
+        return array.dtype(array, start), codegen
+
+    @intrinsic
+    def lanes_store_max(typingctx, dst, dst_start, a, a_start, b, b_start):
+        """``dst[dst_start + i] = max(a[a_start + i], b[b_start + i])`` for ``i < LANES``."""
+        if not (_contiguous_floats(dst) and dst == a == b
+                and all(isinstance(start, types.Integer) for start in (dst_start, a_start, b_start))):
+            return None
+
+        def codegen(context, builder, signature, args):
+            kinds = signature.args
+            first = _load(context, builder, kinds[2], args[2], kinds[3], args[3])
+            second = _load(context, builder, kinds[4], args[4], kinds[5], args[5])
+            builder.store(_higher(builder, first, second),
+                          _address(context, builder, kinds[0], args[0], kinds[1], args[1]), align=dst.dtype.bitwidth // 8)
+            return context.get_dummy_value()
+
+        return types.none(dst, dst_start, a, a_start, b, b_start), codegen
+
+    def _compare(operator: str, doc: str):
+        @intrinsic
+        def compare(typingctx, array, start, value):
+            if not (_contiguous_floats(array) and isinstance(start, types.Integer) and isinstance(value, types.Float)):
+                return None
+
+            def codegen(context, builder, signature, args):
+                vector = _load(context, builder, signature.args[0], args[0], signature.args[1], args[1])
+                scalar = context.cast(builder, args[2], signature.args[2], array.dtype)
+                bits = builder.fcmp_ordered(operator, vector, _splat(builder, vector.type, scalar))
+                return builder.zext(builder.bitcast(bits, ir.IntType(LANES)), _I64)
+
+            return types.uint64(array, start, value), codegen
+
+        compare.__doc__ = doc
+        return compare
+
+    lanes_ge = _compare(">=", "Bit ``i``: ``array[start + i] >= value``.")
+    lanes_gt = _compare(">", "Bit ``i``: ``array[start + i] > value``.")
+    lanes_lt = _compare("<", "Bit ``i``: ``array[start + i] < value``.")
+    lanes_eq = _compare("==", "Bit ``i``: ``array[start + i] == value``.")
+
+    @intrinsic
+    def popcount(typingctx, word):
+        """The set bits of a uint64 (LLVM's ``ctpop``: one instruction where the processor has one)."""
+        if word != types.uint64:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.ctpop(args[0])
+
+        return types.uint64(types.uint64), codegen
+
+    @intrinsic
+    def lowest_bit(typingctx, word):
+        """The index of the lowest set bit of a nonzero uint64 (64 for 0)."""
+        if word != types.uint64:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+        return types.uint64(types.uint64), codegen
+
