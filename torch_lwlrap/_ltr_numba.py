@@ -3,8 +3,8 @@
 One pass per row, rows spread over numba's threads in blocks, each block with its own workspace; every kernel runs
 through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
 
-* NaN: with ``check_nan`` each kernel tests every score of both rows for NaN on its bits (an integer test, so that
-  the fastmath parts cannot drop it), marks a row that holds one with a NaN value and skips the rest of its work.
+* NaN: with ``check_nan`` each kernel tests every score of both rows for NaN on its bits (an integer test, which no
+  compiler flag can drop), marks a row that holds one with a NaN value and skips the rest of its work.
   The caller then raises the input gate's error (:func:`torch_lwlrap._checks.pair_nan_error`), and the gate need
   not read the scores first.
 * A row is ranked by the sorts of :mod:`torch_lwlrap._ltr_sort`: the words ``key << 32 | payload`` of its
@@ -21,10 +21,11 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
   skip the tie counts: the dense ranks are the positions, their inversions (up to 1023) a bitset's popcounts.
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K` and a row of at
   least ``2 G`` labels; otherwise the row is sorted), in the vectors of :mod:`torch_lwlrap._numba_vector`: the row's
-  columns fall into ``G`` groups by column modulo ``G`` (``G``: ``2 k`` rounded up to whole vectors), whose maxima are a running vector maximum over the row; the k-th highest group
-  maximum, found by counting for each the maxima above it, bounds the k-th highest score from below; the entries at
-  or above that bound are the candidates, taken from the set bits of vector comparisons, and each candidate's
-  place among them (those above it, the equal ones in lower columns) decides whether it is one of the top ``k``.
+  columns fall into ``G`` groups by column modulo ``G`` (``G``: ``2 k`` rounded up to whole vectors), whose maxima
+  are a running vector maximum over the row; the k-th highest group maximum, found by counting for each the maxima
+  above it, bounds the k-th highest score from below; the entries at or above that bound are the candidates, taken
+  from the set bits of vector comparisons, and each candidate's place among them (those above it, the equal ones in
+  lower columns) decides whether it is one of the top ``k``.
   Ties that leave many candidates go through a sorted buffer. The union of the two top sets is marked, and its
   pairs are compared directly, an entry against a vector of the later ones, when the union is small
   (:data:`PAIRS_MAX`), else counted as for tau.
@@ -70,6 +71,8 @@ SCAN_MAX_GROUPS = (2 * SCAN_MAX_K + LANES - 1) // LANES * LANES
 
 #: Largest union compared pair by pair (in vectors of :data:`LANES` entries); a larger one is counted as for tau.
 PAIRS_MAX = 3 * LANES
+
+assert PAIRS_MAX % LANES == 0 and SCAN_MAX_GROUPS % LANES == 0  # whole vectors: the scan's loads stay inside
 
 
 def unavailable_reason(device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
@@ -383,10 +386,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                  group_max):
         """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed;
         returns the new size (``n`` unsigned, as in :func:`_add`). ``group_max``: :data:`SCAN_MAX_GROUPS` entries;
-        ``cand_values``, ``cand_cols``: the row's length and a vector more."""
+        ``cand_values``: the row's length and a vector more; ``cand_cols``: the row's length."""
         num_classes = values.shape[0]
         groups = (2 * k + LANES - 1) // LANES * LANES  # see SCAN_MAX_GROUPS
-        if k <= SCAN_MAX_K and 2 * groups <= num_classes:
+        if 1 <= k <= SCAN_MAX_K and 2 * groups <= num_classes:
             # Group g holds the columns g, g + groups, ...: the k highest group maxima are k entries, so the k-th
             # highest entry is at least the lowest of them, and only the entries at or above it are candidates.
             stripes = num_classes // groups * groups
@@ -409,7 +412,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     word |= lanes_ge(values, start, floor) << (start - base)
                 count = popcount(word)
                 for i in range(4):
-                    cand_cols[found + np.uint64(i)] = base + lowest_bit(word)  # past the count: overwritten later
+                    # Past the count: never read. found <= base, so the index stays below the row's length.
+                    cand_cols[found + np.uint64(i)] = base + lowest_bit(word)
                     word &= word - one
                 found += min(count, np.uint64(4))
                 while word:
@@ -504,7 +508,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             top_values = np.empty(num_classes, values_a.dtype)
             top_cols = np.empty(num_classes, np.int64)
             cand_values = np.empty(num_classes + LANES, values_a.dtype)  # the candidates of a scan, their columns
-            cand_cols = np.empty(num_classes + 4, np.uint64)
+            cand_cols = np.empty(num_classes, np.uint64)
             keys_a = np.empty(num_classes, bits_a.dtype)
             keys_b = np.empty(num_classes, bits_a.dtype)
             pair_a = np.zeros(PAIRS_MAX, values_a.dtype)

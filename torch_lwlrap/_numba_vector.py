@@ -95,8 +95,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             kinds = signature.args
             first = _load(context, builder, kinds[2], args[2], kinds[3], args[3])
             second = _load(context, builder, kinds[4], args[4], kinds[5], args[5])
-            builder.store(_higher(builder, first, second),
-                          _address(context, builder, kinds[0], args[0], kinds[1], args[1]), align=dst.dtype.bitwidth // 8)
+            at = _address(context, builder, kinds[0], args[0], kinds[1], args[1])
+            builder.store(_higher(builder, first, second), at, align=dst.dtype.bitwidth // 8)
             return context.get_dummy_value()
 
         return types.none(dst, dst_start, a, a_start, b, b_start), codegen
