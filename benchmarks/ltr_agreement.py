@@ -121,7 +121,7 @@ def run(sizes, min_run_time: float, scipy_rows: int, rounds: int = 5) -> List[Di
         records.append(
             {
                 "num_samples": num_samples, "num_classes": num_classes, "scipy_rows": rows, "rounds": rounds,
-                "seconds": seconds, "seconds_per_round": timings,
+                "rows": rows_of, "seconds": seconds, "seconds_per_round": timings,
                 "seconds_per_row": {name: seconds[name] / rows_of[name] for name in names}, "goals": goals,
             }
         )
@@ -139,7 +139,7 @@ def markdown(records: List[Dict]) -> str:
             "| --- | ---: | ---: |",
         ]
         for name, seconds in record["seconds"].items():
-            rows = record["scipy_rows"] if name.startswith("scipy") else record["num_samples"]
+            rows = record["rows"][name]
             lines.append(f"| {name} | {seconds * 1e3:.1f} ms ({rows:,} rows) | {seconds / rows * 1e6:.2f} us |")
         lines += [
             "",

@@ -352,13 +352,14 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return np.int64(twice)
 
     @serial_kernel
-    def _add(col, mark, union, n):
-        """Add column ``col`` to ``union[:n]`` unless ``mark``ed; returns the new size. Branch-free (``union`` holds
-        one entry more than the row), with unsigned indices (``n`` too): no check for a negative one."""
+    def _add(col, mark, union, n, take=True):
+        """With ``take``, add column ``col`` to ``union[:n]`` unless ``mark``ed; returns the new size. Branch-free
+        (``union`` holds one entry more than the row), with unsigned indices (``n`` too): no check for a negative
+        one."""
         col = np.uint64(col)
         union[n] = col
-        n += np.uint64(not mark[col])
-        mark[col] = True
+        n += np.uint64(take and not mark[col])
+        mark[col] |= take
         return n
 
     @serial_kernel
@@ -438,11 +439,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                         before = before if i >= start else np.uint64(0)
                         place += popcount(lanes_gt(cand_values, start, v))
                         place += popcount(lanes_eq(cand_values, start, v) & before)
-                    col = cand_cols[i]
-                    take = place < np.uint64(k)
-                    union[n] = col
-                    n += np.uint64(take and not mark[col])
-                    mark[col] |= take
+                    n = _add(cand_cols[i], mark, union, n, place < np.uint64(k))
                 return n
             if m > k:
                 return _add_many(cand_values, cand_cols, m, k, mark, union, n, top_values, top_cols)
