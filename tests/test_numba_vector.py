@@ -1,6 +1,6 @@
 """The vector and bit primitives of the numba kernels (:mod:`torch_lwlrap._numba_vector`) against numpy, entry by
 entry: float32 and float64, starts on and off a vector's alignment, signed and unsigned starts, ties, -0.0, +-inf
-and NaN."""
+and NaN; the running sum of uint32 counters against numpy's cumsum, with carries that wrap."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from numba import njit  # noqa: E402
 from torch_lwlrap._numba_vector import (  # noqa: E402
     LANES,
     lanes_eq,
+    lanes_exclusive_sum,
     lanes_ge,
     lanes_gt,
     lanes_lt,
@@ -38,6 +39,11 @@ def _highest(values, start):
 @njit
 def _store_max(dst, at, a, a_start, b, b_start):
     lanes_store_max(dst, at, a, a_start, b, b_start)
+
+
+@njit
+def _running_sum(counts, start, carry):
+    return lanes_exclusive_sum(counts, start, carry)
 
 
 @njit
@@ -98,3 +104,18 @@ def test_popcount_and_lowest_bit():
     for word in [1, 2, 3, 0b1011000, 1 << 63, (1 << 64) - 1, 0x8000_0000_0000_0001]:
         assert _bits(np.uint64(word)) == (bin(word).count("1"), (word & -word).bit_length() - 1), word
     assert _bits(np.uint64(0)) == (0, 64)
+
+
+def test_the_running_sum_before_each_counter_equals_numpy_and_leaves_the_rest_alone():
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        high = 1 << 32 if trial % 3 == 0 else 600  # counters near 2**32: the sums wrap as uint32 arithmetic does
+        counts = rng.integers(0, high, 2 * LANES + 7, dtype=np.uint64).astype(np.uint32)
+        start = int(rng.integers(0, LANES + 8))
+        carry = np.uint32(rng.integers(0, high))
+        window = counts[start : start + LANES].astype(np.uint64)
+        expected = counts.copy()
+        expected[start : start + LANES] = (int(carry) + np.concatenate([[0], np.cumsum(window)[:-1]])) % (1 << 32)
+        total = _running_sum(counts, np.uint64(start) if trial % 2 else start, carry)
+        np.testing.assert_array_equal(counts, expected, err_msg=f"start {start}")
+        assert int(total) == (int(carry) + int(window.sum())) % (1 << 32)

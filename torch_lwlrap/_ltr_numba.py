@@ -263,7 +263,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         :func:`_sort_packed`, the keys of ``x`` in ``y``'s order."""
         n = num_classes
         return (np.empty(n, bits.dtype), np.empty(n, np.int32), np.empty(n, bits.dtype), np.empty(n, np.int32),
-                np.empty((64 // DIGIT_BITS) << DIGIT_BITS, np.int32), np.empty(n, np.int32),
+                np.empty((64 // DIGIT_BITS) << DIGIT_BITS, np.uint32), np.empty(n, np.int32),
                 np.zeros(4 * (n + 1), np.int32), np.empty(n, np.uint64), np.empty(n, np.uint64),
                 np.empty((4, 1 << DIGIT_BITS), np.uint32), np.empty(n, bits.dtype), np.empty(2 * (n + 1), np.uint64),
                 np.empty(32, np.uint64))

@@ -5,8 +5,11 @@ A row is ranked by a stable least-significant-digit radix sort of its scores' bi
 (``-0.0`` read as ``0.0``), a pass skipped when all of the row's keys share its digit. A float32 key (float16 and
 bfloat16 rows are widened to float32, exactly) travels with its payload (column or rank) in one 64-bit word,
 ``key << 32 | payload``, sorted by its upper half in four passes of 8 bits: one load and store per entry and
-pass. A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the
-same words follow). Tied scores keep their column order. Several times faster than ``torch.argsort`` here.
+pass. Each pass's first places are a running sum over its histogram, in vectors
+(:func:`torch_lwlrap._numba_vector.lanes_exclusive_sum`); the top digit (sign, high exponent bits) takes few values,
+and its pass places four words at a time, so that a digit's counter is stored and loaded again once per four words.
+A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the same words
+follow). Tied scores keep their column order. Several times faster than ``torch.argsort`` here.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch_lwlrap._numba_runtime import numba, serial_kernel
+from torch_lwlrap._numba_vector import LANES
 
 __all__ = ["DIGIT_BITS", "INSERTION_MAX"]
 
@@ -26,7 +30,7 @@ INSERTION_MAX = 24
 
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
-    import types as _pytypes
+    from torch_lwlrap._numba_vector import lanes_exclusive_sum
 
     _DIGIT_MASK = np.uint64((1 << DIGIT_BITS) - 1)
 
@@ -58,8 +62,16 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return found
 
     @serial_kernel
+    def _starts(count, base):
+        """Each digit's first place: the histogram ``count[base : base + 256]`` (uint32) replaced by the running sum
+        before each digit, a vector of counters at a time (8 times as fast as one at a time)."""
+        total = np.uint32(0)
+        for d in range(base, base + (1 << DIGIT_BITS), LANES):
+            total = lanes_exclusive_sum(count, d, total)
+
+    @serial_kernel
     def _sort(keys, cols, n, nbits, tmp_keys, tmp_cols, count):
-        """Sort ``keys[:n]`` ascending, stably, moving ``cols[:n]`` along. ``count``: ``8 * 256`` entries."""
+        """Sort ``keys[:n]`` ascending, stably, moving ``cols[:n]`` along. ``count``: ``8 * 256`` uint32 entries."""
         if n <= INSERTION_MAX:
             for i in range(1, n):
                 key, col = keys[i], cols[i]
@@ -91,11 +103,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             base = p * radix
             if count[base + np.int64((np.uint64(keys[0]) >> s) & _DIGIT_MASK)] == n:  # one digit for all
                 continue
-            total = 0
-            for d in range(base, base + radix):
-                c = count[d]
-                count[d] = total
-                total += c
+            _starts(count, base)
             # Two calls rather than swapped array variables: the scatter loop then keeps its arrays in registers
             # (about 1.5 times faster).
             if moved:
@@ -147,14 +155,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             digits = count[p]
             if digits[(items[0] >> s) & _DIGIT_MASK] == n:  # one digit for all
                 continue
-            total = np.uint32(0)
-            for d in range(1 << DIGIT_BITS):
-                c = digits[d]
-                digits[d] = total
-                total += c
+            _starts(digits, 0)
             # The top digit (sign, high exponent bits) takes a few values, consecutive entries often share its counter:
-            # a copy of the loop keeps the processor's guess there (a counter's load waits for the last store) from
-            # slowing the other passes (about 1.2 times as fast in all).
+            # its pass has its own loop, which loads a counter again once per four words (1.2 times as fast in all).
             if p == 3:
                 if moved:
                     _scatter_packed_top(tmp, items, n, digits, s)
@@ -167,7 +170,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             moved = not moved
         return (tmp, items) if moved else (items, tmp)
 
-    def _scatter_words(src, dst, n, digits, s):
+    @serial_kernel
+    def _scatter_packed(src, dst, n, digits, s):
         """One pass of :func:`_sort_packed`: each word to the next place of its digit (``digits[digit]``)."""
         for j in range(n):
             item = src[j]
@@ -176,11 +180,24 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             dst[np.uint64(at)] = item
             digits[d] = at + np.uint32(1)
 
-    # Two compiled copies (the top digit's pass has its own), named apart for numba's cache as the runtime does.
-    _scatter_packed = serial_kernel(_scatter_words)
-    _scatter_top = _pytypes.FunctionType(_scatter_words.__code__, globals(), "_scatter_top")
-    _scatter_top.__qualname__ = "_scatter_top"
-    _scatter_packed_top = serial_kernel(_scatter_top)
+    @serial_kernel
+    def _scatter_packed_top(src, dst, n, digits, s):
+        """:func:`_scatter_packed` for the top digit, which takes few values (sign, high exponent bits): four words
+        at a time, each word's place its digit's counter plus the earlier words of the four with the same digit, so
+        that a counter's next load waits on a store once per four words, not once per word (2.3 times as fast)."""
+        one = np.uint32(1)
+        end = n - n % 4
+        for j in range(0, end, 4):
+            w0, w1, w2, w3 = src[j], src[j + 1], src[j + 2], src[j + 3]
+            d0, d1 = (w0 >> s) & _DIGIT_MASK, (w1 >> s) & _DIGIT_MASK
+            d2, d3 = (w2 >> s) & _DIGIT_MASK, (w3 >> s) & _DIGIT_MASK
+            at0 = digits[d0]
+            at1 = digits[d1] + np.uint32(d1 == d0)
+            at2 = digits[d2] + np.uint32(d2 == d0) + np.uint32(d2 == d1)
+            at3 = digits[d3] + np.uint32(d3 == d0) + np.uint32(d3 == d1) + np.uint32(d3 == d2)
+            dst[np.uint64(at0)], dst[np.uint64(at1)], dst[np.uint64(at2)], dst[np.uint64(at3)] = w0, w1, w2, w3
+            digits[d0], digits[d1], digits[d2], digits[d3] = at0 + one, at1 + one, at2 + one, at3 + one
+        _scatter_packed(src[end:], dst, n - end, digits, s)
 
     @serial_kernel
     def _sorted_words(keys, payload, n, nbits, work):

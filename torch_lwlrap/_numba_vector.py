@@ -14,6 +14,8 @@ values on any of them.
   forwarding where it crosses a cache line, a stall each time).
 * :func:`lanes_ge`, :func:`lanes_gt`, :func:`lanes_lt`, :func:`lanes_eq`: a bit mask, bit ``i`` set when entry
   ``start + i`` is ``>=``, ``>``, ``<``, ``==`` a scalar (ordered comparisons: a NaN sets no bit).
+* :func:`lanes_exclusive_sum`: ``LANES`` uint32 counters replaced by their running sum before each (a radix sort's
+  first place of each digit), in ``log2(LANES)`` shifted vector additions.
 * :func:`popcount`, :func:`lowest_bit`: the set bits of a uint64 and the index of its lowest set bit.
 
 The entries ``start .. start + LANES - 1`` must lie inside the array: the caller reads a shorter tail one entry at a
@@ -122,6 +124,31 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     lanes_gt = _compare(">", "Bit ``i``: ``array[start + i] > value``.")
     lanes_lt = _compare("<", "Bit ``i``: ``array[start + i] < value``.")
     lanes_eq = _compare("==", "Bit ``i``: ``array[start + i] == value``.")
+
+    @intrinsic
+    def lanes_exclusive_sum(typingctx, array, start, carry):
+        """Replace ``array[start : start + LANES]`` (uint32) by its exclusive prefix sums plus ``carry`` (entry ``i``:
+        ``carry`` and the entries before ``i``); returns ``carry`` plus all ``LANES`` entries (modulo ``2**32``)."""
+        if not (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
+                and array.dtype == types.uint32 and isinstance(start, types.Integer) and carry == types.uint32):
+            return None
+
+        def codegen(context, builder, signature, args):
+            at = _address(context, builder, signature.args[0], args[0], signature.args[1], args[1])
+            entries = builder.load(at, align=4)
+            zero = ir.Constant(entries.type, None)
+            total = entries
+            shift = 1
+            while shift < LANES:  # inclusive sums: add the vector moved up by 1, 2, 4, 8 lanes
+                lanes = [LANES + i if i < shift else i - shift for i in range(LANES)]  # below the shift: zero's
+                total = builder.add(total, builder.shuffle_vector(total, zero,
+                                                                  ir.Constant(ir.VectorType(_I32, LANES), lanes)))
+                shift *= 2
+            base = _splat(builder, entries.type, args[2])
+            builder.store(builder.add(builder.sub(total, entries), base), at, align=4)
+            return builder.add(args[2], builder.extract_element(total, ir.Constant(_I32, LANES - 1)))
+
+        return types.uint32(array, start, carry), codegen
 
     @intrinsic
     def popcount(typingctx, word):

@@ -1,0 +1,56 @@
+"""The compiled per-row sorts of the rank-agreement kernels (:mod:`torch_lwlrap._ltr_sort`) against numpy's stable
+argsort of the scores: rows whose top radix digit takes one, two or a few values (the top digit's pass places four
+words at a time), every length modulo four around the insertion sort's limit, mixed signs, -0.0, +-inf, ties, and
+float64 keys (their own sort, then dense ranks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from numba import njit  # noqa: E402
+
+from torch_lwlrap._ltr_numba import _workspace  # noqa: E402
+from torch_lwlrap._ltr_sort import INSERTION_MAX, _key, _sorted_words  # noqa: E402
+
+
+@njit
+def _sorted(values, bits, nbits):
+    n = bits.shape[0]
+    keys = np.empty(n, bits.dtype)
+    for j in range(n):
+        keys[j] = _key(bits[j], nbits)
+    return _sorted_words(keys, None, n, nbits, _workspace(n, bits))[0][:n].copy()
+
+
+def _rows(rng, n, dtype):
+    yield rng.uniform(0.5, 1.0, n)  # one top digit (the pass is skipped)
+    yield rng.uniform(0.0, 1.0, n)  # two or three
+    yield rng.standard_normal(n) * 3  # a few, both signs
+    yield rng.integers(-3, 4, n).astype(float)  # ties, zeros
+    row = rng.standard_normal(n) * 1e30
+    row[rng.integers(0, n, max(1, n // 8))] = np.inf
+    row[rng.integers(0, n, max(1, n // 8))] = -np.inf
+    row[rng.integers(0, n, max(1, n // 8))] = -0.0
+    row[rng.integers(0, n, max(1, n // 8))] = 0.0
+    yield row
+    yield np.where(rng.random(n) < 0.5, 2.0 ** rng.integers(-126, 127, n), -(2.0 ** rng.integers(-126, 127, n)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sorted_words_follow_numpys_stable_order(dtype):
+    rng = np.random.default_rng(0)
+    lengths = list(range(INSERTION_MAX - 2, INSERTION_MAX + 10)) + [64, 65, 66, 67, 527, 1003]
+    for n in lengths:
+        for case, row in enumerate(_rows(rng, n, dtype)):
+            values = row.astype(dtype)
+            words = _sorted(values, values.view(np.uint32 if dtype == np.float32 else np.uint64),
+                            32 if dtype == np.float32 else 64)
+            order = np.argsort(values + dtype(0.0), kind="stable")  # + 0.0: -0.0 ties with 0.0
+            np.testing.assert_array_equal(words & 0xFFFFFFFF, order, err_msg=f"n {n} case {case}")
+            ranks = words >> np.uint64(32)  # the key (float32) or the dense rank (float64): equal exactly for ties
+            ordered = values[order]
+            tied = ordered[1:] == ordered[:-1]
+            assert (ranks[1:][tied] == ranks[:-1][tied]).all() and (ranks[1:][~tied] > ranks[:-1][~tied]).all(), n
