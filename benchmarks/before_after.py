@@ -3,10 +3,12 @@ source tree each (``--before`` and ``--after``, e.g. a ``git worktree`` of an ea
 
 Cases at 20,000 x 527 (float32 scores, bool targets, 1 to 3 positives per row), each a call a user makes:
 ``multilabel_lwlrap`` (``ties="max"``), ``multilabel_lwlrap(ties="expected")``, a bootstrap ``MultilabelLWLRAP``
-update (``num_bootstrap=1000``) and a ``MultilabelRankingMetrics`` update (every metric, k = 1, 5, 10). Each round
-starts one process per version, which warms up (numba's compile or cache load) and takes the median of ``--calls``
-calls; the table gives each version's median over ``--rounds`` rounds and the ratio after / before. The machine's
-load changes between rounds, so only the ratios of one run compare.
+update (``num_bootstrap=1000``), a ``MultilabelRankingMetrics`` update (every metric, k = 1, 5, 10), and against
+a second system's scores (the first plus normal noise) ``multilabel_rank_correlation`` (Spearman, Kendall) and
+``multilabel_kendall_distance_at_k`` (k = 10). Each round starts one process per version, which warms up (numba's
+compile or cache load, ``benchmarks.run.WARM_UP_CALLS`` calls) and takes the median of ``--calls`` calls; the
+table gives each version's median over ``--rounds`` rounds and the ratio after / before. The machine's load changes
+between rounds, so only the ratios of one run compare.
 
 Run ``python -m benchmarks.before_after --before ../old --after .`` (about 5 minutes on 2 cores once compiled). It
 prints the table and writes ``<out>/before_after.md`` and ``.json`` (``--out``, default the scratch folder).
@@ -22,21 +24,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.run import SCRATCH_DIR, machine_metadata
+from benchmarks.run import SCRATCH_DIR, WARM_UP_CALLS, machine_metadata
 
-CASES = ["lwlrap", "expected", "bootstrap", "ranking_collection"]
+CASES = ["lwlrap", "expected", "bootstrap", "ranking_collection", "spearman", "kendall", "distance"]
 
 _CHILD = r"""
 import json, statistics, sys, time
 import torch
 import torch_lwlrap
-case, calls, n, c = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+case, calls, n, c, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 g = torch.Generator().manual_seed(0)
 preds = torch.randn(n, c, generator=g)
 target = torch.zeros(n, c, dtype=torch.bool)
 counts = torch.randint(1, 4, (n,), generator=g)
 for i, k in enumerate(counts.tolist()):
     target[i, torch.randperm(c, generator=g)[:k]] = True
+other = preds + torch.randn(n, c, generator=g)
 if case == "lwlrap":
     call = lambda: torch_lwlrap.multilabel_lwlrap(preds, target)
 elif case == "expected":
@@ -44,10 +47,14 @@ elif case == "expected":
 elif case == "bootstrap":
     metric = torch_lwlrap.MultilabelLWLRAP(num_labels=c, num_bootstrap=1000, bootstrap_seed=0)
     call = lambda: metric.update(preds, target)
-else:
+elif case == "ranking_collection":
     metric = torch_lwlrap.MultilabelRankingMetrics(num_labels=c)
     call = lambda: metric.update(preds, target)
-for _ in range(3):
+elif case in ("spearman", "kendall"):
+    call = lambda: torch_lwlrap.multilabel_rank_correlation(preds, other, method=case)
+else:
+    call = lambda: torch_lwlrap.multilabel_kendall_distance_at_k(preds, other, 10)
+for _ in range(warm):
     call()
 times = []
 for _ in range(calls):
@@ -60,7 +67,7 @@ print(json.dumps({"median_ms": 1000 * statistics.median(times), "source": torch_
 
 def _time(source: Path, case: str, calls: int, size=(20000, 527)) -> float:
     env = dict(os.environ, PYTHONPATH=str(source))
-    command = [sys.executable, "-c", _CHILD, case, str(calls), *map(str, size)]
+    command = [sys.executable, "-c", _CHILD, case, str(calls), *map(str, size), str(WARM_UP_CALLS)]
     done = subprocess.run(command, env=env, cwd=source, capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if not result["source"].startswith(str(source)):

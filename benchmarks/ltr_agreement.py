@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow, write_tables
+from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow, warm_up, write_tables
 from torch_lwlrap import (
     MultilabelKendallDistanceAtK,
     multilabel_kendall_distance_at_k,
@@ -93,7 +93,7 @@ def run(sizes, min_run_time: float, scipy_rows: int, rounds: int = 5) -> List[Di
         calls = {name: (lambda fn=fn: fn(a, b, target)) for name, fn in entries(num_classes).items()}
         slow = {name: (lambda fn=fn: fn(a, b)) for name, fn in scipy_loops(rows).items()}
         for call in calls.values():
-            call()  # warm-up (the numba kernels compile on their first call)
+            warm_up(call)
         names = list(calls) + list(slow)
         timings: Dict[str, List[float]] = {name: [] for name in names}
         for index in range(rounds):

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow, write_tables
+from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow, warm_up, write_tables
 from torch_lwlrap import (
     MultilabelCoverageError,
     MultilabelLRAP,
@@ -89,7 +89,7 @@ def run(sizes, min_run_time: float, anchors: bool) -> List[Dict]:
         preds, target = make_inputs(num_samples, num_classes, density)
         timings = {}
         for name, fn in entries(num_classes, anchors).items():
-            fn(preds, target)  # warm-up (the numba path compiles on its first call)
+            warm_up(fn, preds, target)
             if name.startswith(SLOW):
                 seconds = time_slow(lambda: fn(preds, target), 3, "cpu")
             else:

@@ -226,6 +226,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+#: Untimed calls before timing a library call: its numba kernels' parallel and serial variants each compile (or load
+#: from numba's cache) on their first call, and the run-time choice between them
+#: (``torch_lwlrap._numba_runtime.SpeedChoice``) runs parallel twice, then serial twice; the allocator settles too.
+WARM_UP_CALLS = 4
+
+
+def warm_up(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call ``fn(*args)`` :data:`WARM_UP_CALLS` times, untimed; returns the last call's result."""
+    for _ in range(WARM_UP_CALLS):
+        result = fn(*args)
+    return result
+
+
 def time_fast(fn: Callable[[], Any], min_run_time: float) -> float:
     """Median seconds per call with ``torch.utils.benchmark.Timer.blocked_autorange`` (it synchronizes CUDA)."""
     from torch.utils.benchmark import Timer
@@ -371,8 +384,7 @@ def run_case(case: Case, args: argparse.Namespace, bandwidth: Optional[float]) -
             _log(f"   {name}: skipped ({type(error).__name__}: {error})")
             record["results"].append({"implementation": name, "kind": "library", "skipped": f"{error}"})
             continue
-        for _ in range(3):  # warm-up beyond Timer's: the allocator settles after a few calls
-            impl(preds, target)
+        warm_up(impl, preds, target)
         seconds = time_fast(rotated(impl), args.min_run_time)
         entry = {"implementation": name, "kind": "library", "rows": case.num_samples, "seconds": seconds, "value": value}
         if args.memory == "all" or (args.memory == "auto" and name == "torch_lwlrap"):

@@ -22,7 +22,7 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from benchmarks.run import SCRATCH_DIR, machine_metadata, write_tables
+from benchmarks.run import SCRATCH_DIR, machine_metadata, warm_up, write_tables
 from torch_lwlrap import multilabel_lwlrap, tie_report
 
 ENTRIES = {
@@ -47,8 +47,8 @@ def run(num_samples: int, num_classes: int, repeats: int) -> list:
     records = []
     for name, preds, target in cases(num_samples, num_classes):
         times: Dict[str, list] = {entry: [] for entry in ENTRIES}
-        for entry, fn in ENTRIES.items():  # warm up (compiles the numba passes on a first run)
-            fn(preds, target)
+        for fn in ENTRIES.values():
+            warm_up(fn, preds, target)
         for _ in range(repeats):
             for entry, fn in ENTRIES.items():
                 start = time.perf_counter()

@@ -161,10 +161,11 @@ def test_latency_benchmark_times_an_earlier_tree_beside_this_one(tmp_path):
 def test_before_after_times_two_trees_side_by_side(tmp_path):
     # A smoke run (no time asserted): each case from both trees (here this one twice), each child importing its own.
     run_module("benchmarks.before_after", "--before", str(ROOT), "--after", str(ROOT), "--rounds", "1", "--calls", "2",
-               "--size", "300x20", "--cases", "lwlrap", "bootstrap", tmp_path=tmp_path)
+               "--size", "300x20", "--cases", "lwlrap", "bootstrap", "spearman", "distance", tmp_path=tmp_path)
     report = json.loads((tmp_path / "before_after.json").read_text())
     assert report["size"] == [300, 20]
-    assert set(report["cases"]) == {"lwlrap", "bootstrap"}  # a function and a metric (each case: two processes)
+    # A function and a metric against targets, two against a second system (each case: two processes).
+    assert set(report["cases"]) == {"lwlrap", "bootstrap", "spearman", "distance"}
     for case in report["cases"].values():
         assert case["before_ms"] > 0 and case["after_ms"] > 0 and len(case["runs"]["before"]) == 1
     assert "| case (300 x 20) |" in (tmp_path / "before_after.md").read_text()
