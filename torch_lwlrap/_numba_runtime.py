@@ -22,15 +22,25 @@ layer is not touched). :func:`run` takes the serial variant, and enters no paral
 Both variants compute the same sums in the same order, so the results do not depend on the variant. Kernels
 without ``prange`` are compiled with :func:`serial_kernel`: they never start a thread. No other module compiles a
 parallel kernel or calls one except through :func:`run` (``tests/test_concurrency.py`` checks both).
+
+numba's disk cache. Every kernel is cached (``cache=True``), and numba checks only the source file of the function
+it compiled: a kernel whose own module is unchanged would load code built from an older version of a function or a
+constant it takes from another module (numba's issue 6845). On import, :func:`clear_stale_cache` removes the
+package's cached kernels whenever any of their sources (:func:`kernel_sources`) changed since they were cached.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import inspect
 import os
+import re
 import threading
 import time
 import types
-from typing import Callable, NamedTuple, Optional
+from pathlib import Path
+from typing import Callable, List, NamedTuple, Optional
 
 import torch
 
@@ -43,7 +53,8 @@ except Exception:  # pragma: no cover - depends on the installation
     prange = range
 
 __all__ = [
-    "SpeedChoice", "numba", "prange", "parallel_and_serial", "run", "serial_kernel", "threads_for", "unavailable_reason",
+    "SpeedChoice", "clear_stale_cache", "kernel_sources", "numba", "prange", "parallel_and_serial", "run",
+    "serial_kernel", "threads_for", "unavailable_reason",
 ]
 
 
@@ -62,6 +73,77 @@ def unavailable_reason(device) -> Optional[str]:
     if numba is None:
         return "numba is not installed"
     return None
+
+def kernel_sources(directory: Path, package: str) -> List[Path]:
+    """The modules of ``package`` (its ``.py`` files in ``directory``; subpackages hold no kernels) that compiled code
+    is built from: those that import this module, and every module of the package they import from, directly or
+    not. A kernel's machine code holds the functions it calls and the module-level values it reads, wherever they
+    are defined.
+
+    Example:
+        >>> names = [path.name for path in kernel_sources(Path(__file__).parent, "torch_lwlrap")]
+        >>> {"_ltr_numba.py", "_ltr_sort.py", "_numba_vector.py", "_engine_config.py"} <= set(names)
+        True
+        >>> "_dispatch.py" in names  # above the kernels: it calls them, none calls it
+        False
+    """
+    texts = {path.stem: path.read_text(encoding="utf-8") for path in sorted(directory.glob("*.py"))}
+
+    def imports(text: str, source_package: str) -> set:
+        """The modules of ``source_package`` that ``text`` imports from (``from p.m import x``, ``from p import m``)."""
+        statement = rf"^\s*from\s+{re.escape(source_package)}(?:\.(\w+))?\s+import\s+(\([^)]*\)|[^\n]*)"
+        found = set()
+        for module, names in re.findall(statement, text, re.M):
+            found.update([module] if module else re.findall(r"\w+", names))  # "from package import a, b as c"
+        return found
+
+    runtime_package, _, runtime = __name__.rpartition(".")
+    pending = [name for name, text in texts.items()
+               if (package, name) == (runtime_package, runtime) or runtime in imports(text, runtime_package)]
+    sources = set()
+    while pending:
+        name = pending.pop()
+        if name not in sources:
+            sources.add(name)
+            pending.extend(imports(texts[name], package) & set(texts))
+    return [directory / f"{name}.py" for name in sorted(sources)]
+
+
+def clear_stale_cache(anchor: Callable, package: str) -> bool:
+    """Remove numba's cached kernels of ``package`` when any of their sources (:func:`kernel_sources`, in the folder
+    of ``anchor``'s file) changed since they were cached; returns whether it removed any.
+
+    The fingerprint of the sources (SHA-256 of their names and contents) is kept beside the cache files, in the
+    folder numba caches ``anchor``'s module in (``__pycache__``, ``NUMBA_CACHE_DIR`` or the user's cache folder:
+    the same for every module of the folder). Processes that start at once may both remove the cache; each then
+    compiles what it needs. A folder that cannot be read or written leaves the cache as it is.
+    """
+    if numba is None:
+        return False
+    try:
+        from numba.core.caching import FunctionCache
+
+        cache_dir = Path(FunctionCache(anchor)._cache_path)
+        digest = hashlib.sha256()
+        for path in kernel_sources(Path(inspect.getfile(anchor)).resolve().parent, package):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        fingerprint = digest.hexdigest()
+        stamp = cache_dir / f"{package}.kernel-sources.sha256"
+        with contextlib.suppress(OSError):
+            if stamp.read_text(encoding="ascii") == fingerprint:
+                return False
+        removed = False
+        for path in sorted(cache_dir.glob("*.nbi")) + sorted(cache_dir.glob("*.nbc")):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed = True
+        partial = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
+        partial.write_text(fingerprint, encoding="ascii")
+        os.replace(partial, stamp)
+        return removed
+    except Exception:  # pragma: no cover - an unwritable folder, numba's internals moved: numba's own checks remain
+        return False
+
 
 #: Scores (or items) per thread below which a pass uses fewer threads, down to the serial variant: at twice this, no
 #: parallel region is entered (``benchmarks/latency.py``).
@@ -93,6 +175,8 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+clear_stale_cache(unavailable_reason, "torch_lwlrap")
 
 
 def threads_for(scores: int) -> int:
