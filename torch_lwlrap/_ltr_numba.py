@@ -383,71 +383,86 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return floor
 
     @serial_kernel
-    def _add_top(values, bits, nbits, k, mark, union, n, top_values, top_cols, cand_values, cand_cols, work,
-                 group_max):
-        """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed;
-        returns the new size (``n`` unsigned, as in :func:`_add`). ``group_max``: :data:`SCAN_MAX_GROUPS` entries;
-        ``cand_values``: the row's length and a vector more; ``cand_cols``: the row's length."""
-        num_classes = values.shape[0]
-        groups = (2 * k + LANES - 1) // LANES * LANES  # see SCAN_MAX_GROUPS
-        if 1 <= k <= SCAN_MAX_K and 2 * groups <= num_classes:
-            # Group g holds the columns g, g + groups, ...: the k highest group maxima are k entries, so the k-th
-            # highest entry is at least the lowest of them, and only the entries at or above it are candidates.
-            stripes = num_classes // groups * groups
-            for g in range(0, groups, LANES):  # a vector of groups at a time, its maxima kept in registers
-                lanes_store_max(group_max, g, values, g, values, groups + g)
-                for start in range(2 * groups, stripes, groups):
-                    lanes_store_max(group_max, g, group_max, g, values, start + g)
-            for j in range(stripes, num_classes):
-                group_max[j - stripes] = max(group_max[j - stripes], values[j])
-            floor = _kth_highest(group_max, groups, k)
-            # The candidates, in column order: the set bits of vector comparisons, four to a 64-bit word, of which
-            # the first four set bits are taken without a branch (a word with more goes on one at a time); unsigned
-            # counts spare a check for a negative index.
-            one, lanes = np.uint64(1), np.uint64(LANES)
-            found = np.uint64(0)
-            whole = np.uint64(num_classes // LANES * LANES)
-            for base in range(np.uint64(0), whole, np.uint64(4 * LANES)):
-                word = np.uint64(0)
-                for start in range(base, min(base + np.uint64(4 * LANES), whole), lanes):
-                    word |= lanes_ge(values, start, floor) << (start - base)
-                count = popcount(word)
-                for i in range(4):
-                    # Past the count: never read. found <= base, so the index stays below the row's length.
-                    cand_cols[found + np.uint64(i)] = base + lowest_bit(word)
-                    word &= word - one
-                found += min(count, np.uint64(4))
-                while word:
-                    cand_cols[found] = base + lowest_bit(word)
-                    found += one
-                    word &= word - one
-            for j in range(whole, num_classes):
-                cand_cols[found] = j
-                found += np.uint64(values[j] >= floor)
-            for i in range(found):
-                cand_values[i] = values[cand_cols[i]]
-            m = np.int64(found)
-            if k <= m <= RANKED_MAX:
-                # Each candidate's place: the candidates above it and the equal ones before it (vector comparisons;
-                # the entries past the candidates are -inf and never above, nor before).
-                cand_values[found: (found + lanes - one) // lanes * lanes] = -np.inf
-                for i in range(found):
-                    v = cand_values[i]
-                    place = np.uint64(0)
-                    for start in range(np.uint64(0), found, lanes):
-                        before = (one << (i - start)) - one if i - start < lanes else ~np.uint64(0)
-                        before = before if i >= start else np.uint64(0)
-                        place += popcount(lanes_gt(cand_values, start, v))
-                        place += popcount(lanes_eq(cand_values, start, v) & before)
-                    n = _add(cand_cols[i], mark, union, n, place < np.uint64(k))
-                return n
-            if m > k:
-                return _add_many(cand_values, cand_cols, m, k, mark, union, n, top_values, top_cols)
-            # Fewer than k candidates: only NaN scores, which no check took out, do that. The sort takes any bits.
-        return _add_sorted(bits, nbits, k, mark, union, n, work)
+    def _scan_groups(k):
+        """The groups of a scan for the top ``k``: ``2 k`` rounded up to whole vectors (see SCAN_MAX_GROUPS)."""
+        return (2 * k + LANES - 1) // LANES * LANES
 
-    # The two rare ways of _add_top, as functions of their own so that its common way reads on its own (side by
-    # side, the split made no measurable difference to its speed).
+    @serial_kernel
+    def _scan_applies(k, num_classes):
+        """Whether :func:`_scan_top` serves the top ``k`` of rows of ``num_classes`` labels."""
+        return 1 <= k <= SCAN_MAX_K and 2 * _scan_groups(k) <= num_classes
+
+    @serial_kernel
+    def _scan_top(values, k, mark, union, n, cand_values, cand_cols, group_max):
+        """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed, by a
+        scan (:func:`_scan_applies`). Returns ``(size, found)``, ``found`` the scan's candidates: with
+        ``k <= found <= RANKED_MAX`` they were placed and ``size`` is the new size (unsigned, as in :func:`_add`);
+        else nothing was added, and the candidates are ``cand_values[:found]``, ``cand_cols[:found]``, for
+        :func:`_add_rest`. ``group_max``: :data:`SCAN_MAX_GROUPS` entries; ``cand_values``: the row's length and a
+        vector more; ``cand_cols``: the row's length. The rare ways are the caller's: inside this function they made
+        the common way 1.2 times as slow."""
+        num_classes = values.shape[0]
+        groups = _scan_groups(k)
+        # Group g holds the columns g, g + groups, ...: the k highest group maxima are k entries, so the k-th
+        # highest entry is at least the lowest of them, and only the entries at or above it are candidates.
+        stripes = num_classes // groups * groups
+        for g in range(0, groups, LANES):  # a vector of groups at a time, its maxima kept in registers
+            lanes_store_max(group_max, g, values, g, values, groups + g)
+            for start in range(2 * groups, stripes, groups):
+                lanes_store_max(group_max, g, group_max, g, values, start + g)
+        for j in range(stripes, num_classes):
+            group_max[j - stripes] = max(group_max[j - stripes], values[j])
+        floor = _kth_highest(group_max, groups, k)
+        # The candidates, in column order: the set bits of vector comparisons, four to a 64-bit word, of which the
+        # first four set bits are taken without a branch (a word with more goes on one at a time); unsigned counts
+        # spare a check for a negative index.
+        one, lanes = np.uint64(1), np.uint64(LANES)
+        found = np.uint64(0)
+        whole = np.uint64(num_classes // LANES * LANES)
+        for base in range(np.uint64(0), whole, np.uint64(4 * LANES)):
+            word = np.uint64(0)
+            for start in range(base, min(base + np.uint64(4 * LANES), whole), lanes):
+                word |= lanes_ge(values, start, floor) << (start - base)
+            count = popcount(word)
+            for i in range(4):
+                # Past the count: never read. found <= base, so the index stays below the row's length.
+                cand_cols[found + np.uint64(i)] = base + lowest_bit(word)
+                word &= word - one
+            found += min(count, np.uint64(4))
+            while word:
+                cand_cols[found] = base + lowest_bit(word)
+                found += one
+                word &= word - one
+        for j in range(whole, num_classes):
+            cand_cols[found] = j
+            found += np.uint64(values[j] >= floor)
+        for i in range(found):
+            cand_values[i] = values[cand_cols[i]]
+        m = np.int64(found)
+        if not k <= m <= RANKED_MAX:
+            return n, m
+        # Each candidate's place: the candidates above it and the equal ones before it (vector comparisons; the
+        # entries past the candidates are -inf and never above, nor before).
+        cand_values[found: (found + lanes - one) // lanes * lanes] = -np.inf
+        for i in range(found):
+            v = cand_values[i]
+            place = np.uint64(0)
+            for start in range(np.uint64(0), found, lanes):
+                before = (one << (i - start)) - one if i - start < lanes else ~np.uint64(0)
+                before = before if i >= start else np.uint64(0)
+                place += popcount(lanes_gt(cand_values, start, v))
+                place += popcount(lanes_eq(cand_values, start, v) & before)
+            n = _add(cand_cols[i], mark, union, n, place < np.uint64(k))
+        return n, m
+
+    @serial_kernel
+    def _add_rest(bits, nbits, k, found, mark, union, n, cand_values, cand_cols, top_values, top_cols, work):
+        """The top ``k`` of a row that :func:`_scan_top` left, added as there: more than ``k`` candidates (ties)
+        through a sorted buffer; fewer (no scan, ``found`` 0; or NaN scores, which no check took out) from the row
+        sorted, which takes any bits."""
+        if found > k:
+            return _add_many(cand_values, cand_cols, found, k, mark, union, n, top_values, top_cols)
+        return _add_sorted(bits, nbits, k, mark, union, n, work)
 
     @serial_kernel
     def _add_many(cand_values, cand_cols, m, k, mark, union, n, top_values, top_cols):
@@ -498,6 +513,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     def _distance_kernel(values_a, values_b, bits_a, bits_b, nbits, k, check_nan, out):
         num_rows, num_classes = values_a.shape
         num_blocks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
+        scan = _scan_applies(k, num_classes)
         for block in prange(num_blocks):
             work = _workspace(num_classes, bits_a)
             mark = np.zeros(num_classes, np.bool_)
@@ -517,10 +533,14 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     out[row] = np.nan
                     continue
                 a, b = values_a[row], values_b[row]
-                size = _add_top(a, bits_a[row], nbits, k, mark, union, np.uint64(0), top_values, top_cols,
-                                cand_values, cand_cols, work, group_max)
-                size = _add_top(b, bits_b[row], nbits, k, mark, union, size, top_values, top_cols, cand_values,
-                                cand_cols, work, group_max)
+                size = np.uint64(0)
+                for values, bits in ((a, bits_a[row]), (b, bits_b[row])):
+                    start, found = size, 0
+                    if scan:
+                        size, found = _scan_top(values, k, mark, union, start, cand_values, cand_cols, group_max)
+                    if not k <= found <= RANKED_MAX:
+                        size = _add_rest(bits, nbits, k, found, mark, union, start, cand_values, cand_cols,
+                                         top_values, top_cols, work)
                 for p in range(size):
                     mark[union[p]] = False
                 n = np.int64(size)
