@@ -1,6 +1,7 @@
 """The vector and bit primitives of the numba kernels (:mod:`torch_lwlrap._numba_vector`) against numpy, entry by
 entry: float32 and float64, starts on and off a vector's alignment, signed and unsigned starts, ties, -0.0, +-inf
-and NaN; the running sum of uint32 counters against numpy's cumsum, with carries that wrap."""
+and NaN; the running sum of uint32 counters against numpy's cumsum, with carries that wrap; the sorting networks
+against numpy's sort."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from torch_lwlrap._numba_vector import (  # noqa: E402
     lanes_gt,
     lanes_lt,
     lanes_max,
+    lanes_sort16,
+    lanes_sort32,
+    lanes_sort64,
+    lanes_sort128,
     lanes_store_max,
     lowest_bit,
     popcount,
@@ -119,3 +124,78 @@ def test_the_running_sum_before_each_counter_equals_numpy_and_leaves_the_rest_al
         total = _running_sum(counts, np.uint64(start) if trial % 2 else start, carry)
         np.testing.assert_array_equal(counts, expected, err_msg=f"start {start}")
         assert int(total) == (int(carry) + int(window.sum())) % (1 << 32)
+
+
+@njit
+def _sorted_in_place(values, start, width):
+    if width == 16:
+        lanes_sort16(values, start)
+    elif width == 32:
+        lanes_sort32(values, np.uint64(start))
+    elif width == 64:
+        lanes_sort64(values, start)
+    else:
+        lanes_sort128(values, np.int32(start))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [16, 32, 64, 128])
+def test_the_sorting_networks_sort_highest_first_and_leave_the_rest_alone(dtype, width):
+    rng = np.random.default_rng(width)
+    for trial in range(120):
+        kind = trial % 4
+        if kind == 0:
+            values = rng.standard_normal(width + 9)
+        elif kind == 1:  # few levels: many ties
+            values = rng.integers(0, 4, width + 9).astype(np.float64)
+        elif kind == 2:  # infinities and -0.0 beside 0.0
+            values = rng.standard_normal(width + 9)
+            values[::5], values[1], values[2], values[3] = -np.inf, np.inf, -0.0, 0.0
+        else:  # already sorted, either way
+            values = np.sort(rng.standard_normal(width + 9))[:: 1 if trial % 8 == 3 else -1].copy()
+        values = values.astype(dtype)
+        start = trial % 9
+        out = values.copy()
+        _sorted_in_place(out, start, width)
+        expected = values.copy()
+        expected[start : start + width] = np.sort(values[start : start + width])[::-1]
+        np.testing.assert_array_equal(out, expected, err_msg=f"trial {trial}, start {start}")
+
+
+def test_a_sorting_network_with_nan_gives_entries_of_its_input_without_error():
+    values = np.arange(32, dtype=np.float32)
+    values[[3, 17]] = np.nan
+    out = values.copy()
+    _sorted_in_place(out, 0, 32)
+    assert all(v in values or np.isnan(v) for v in out)
+
+
+@pytest.mark.parametrize("triple", ["aarch64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu",
+                                    "x86_64-unknown-linux-gnu"])
+def test_the_sorting_network_compiles_for_other_processors(triple):
+    # The network is target-independent LLVM IR: a processor without these vector widths splits them. Compiled here
+    # for processors this machine is not, through llvmlite's own LLVM.
+    llvm = pytest.importorskip("llvmlite.binding")
+    from llvmlite import ir
+
+    from torch_lwlrap._numba_vector import _bitonic_descending
+
+    try:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        target = llvm.Target.from_triple(triple)
+    except (RuntimeError, AttributeError) as error:  # an llvmlite built without that target
+        pytest.skip(f"llvmlite cannot target {triple}: {error}")
+    machine = target.create_target_machine(opt=3)
+    for element in (ir.FloatType(), ir.DoubleType()):
+        for width in (16, 128):
+            module = ir.Module()
+            module.triple = triple
+            function = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.VectorType(element, width).as_pointer()]),
+                                   "sort")
+            builder = ir.IRBuilder(function.append_basic_block())
+            builder.store(_bitonic_descending(builder, builder.load(function.args[0])), function.args[0])
+            builder.ret_void()
+            parsed = llvm.parse_assembly(str(module))
+            parsed.verify()
+            assert machine.emit_object(parsed)

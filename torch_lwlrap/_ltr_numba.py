@@ -22,8 +22,8 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K` and a row of at
   least ``2 G`` labels; otherwise the row is sorted), in the vectors of :mod:`torch_lwlrap._numba_vector`: the row's
   columns fall into ``G`` groups by column modulo ``G`` (``G``: ``2 k`` rounded up to whole vectors), whose maxima
-  are a running vector maximum over the row; the k-th highest group maximum, found by counting for each the maxima
-  above it, bounds the k-th highest score from below; the entries at or above that bound are the candidates, taken
+  are a running vector maximum over the row; the k-th highest group maximum, found by a sorting network in
+  vectors, bounds the k-th highest score from below; the entries at or above that bound are the candidates, taken
   from the set bits of vector comparisons, and each candidate's place among them (those above it, the equal ones in
   lower columns) decides whether it is one of the top ``k``.
   Ties that leave many candidates go through a sorted buffer. The union of the two top sets is marked, and its
@@ -69,10 +69,14 @@ RANKED_MAX = 4 * LANES
 #: many labels.
 SCAN_MAX_GROUPS = (2 * SCAN_MAX_K + LANES - 1) // LANES * LANES
 
+#: The widths of the sorting networks that order a scan's group maxima (the groups rounded up to one of them).
+NETWORK_WIDTHS = (16, 32, 64, 128)
+
 #: Largest union compared pair by pair (in vectors of :data:`LANES` entries); a larger one is counted as for tau.
 PAIRS_MAX = 3 * LANES
 
 assert PAIRS_MAX % LANES == 0 and SCAN_MAX_GROUPS % LANES == 0  # whole vectors: the scan's loads stay inside
+assert SCAN_MAX_GROUPS <= NETWORK_WIDTHS[-1]
 
 
 def unavailable_reason(device, dtype: Optional[torch.dtype] = None) -> Optional[str]:
@@ -141,7 +145,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     )
 
     from torch_lwlrap._numba_vector import (
-        lanes_eq, lanes_ge, lanes_gt, lanes_lt, lanes_max, lanes_store_max, lowest_bit, popcount,
+        lanes_eq, lanes_ge, lanes_gt, lanes_lt, lanes_sort16, lanes_sort32, lanes_sort64, lanes_sort128,
+        lanes_store_max, lowest_bit, popcount,
     )
 
     #: One in each 16-bit counter below ``x`` (:func:`_inversions_4ary`).
@@ -363,26 +368,6 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return n
 
     @serial_kernel
-    def _kth_highest(values, m, k):
-        """The ``k``-th highest of ``values[:m]`` (``k <= m``, ``m`` whole vectors): the lowest entry that fewer
-        than ``k`` entries exceed, each entry's count from vector comparisons, branch-free. An unchecked NaN gives
-        some value, and the caller falls back to a sort when fewer than ``k`` entries reach it."""
-        lanes = np.uint64(LANES)
-        stop = np.uint64(m)
-        floor = lanes_max(values, 0)  # the highest, which qualifies
-        for start in range(lanes, stop, lanes):
-            floor = max(floor, lanes_max(values, start))
-        most = np.float32(k)
-        for c in range(m):
-            v = values[c]
-            above = np.uint64(0)
-            for start in range(np.uint64(0), stop, lanes):
-                above += popcount(lanes_gt(values, start, v))
-            # A float comparison: the select is a blend, where an integer one makes a branch (often mispredicted).
-            floor = min(floor, v if np.float32(above) < most else floor)
-        return floor
-
-    @serial_kernel
     def _scan_groups(k):
         """The groups of a scan for the top ``k``: ``2 k`` rounded up to whole vectors (see SCAN_MAX_GROUPS)."""
         return (2 * k + LANES - 1) // LANES * LANES
@@ -398,7 +383,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         scan (:func:`_scan_applies`). Returns ``(size, found)``, ``found`` the scan's candidates: with
         ``k <= found <= RANKED_MAX`` they were placed and ``size`` is the new size (unsigned, as in :func:`_add`);
         else nothing was added, and the candidates are ``cand_values[:found]``, ``cand_cols[:found]``, for
-        :func:`_add_rest`. ``group_max``: :data:`SCAN_MAX_GROUPS` entries; ``cand_values``: the row's length and a
+        :func:`_add_rest`. ``group_max``: ``NETWORK_WIDTHS[-1]`` entries; ``cand_values``: the row's length and a
         vector more; ``cand_cols``: the row's length. The rare ways are the caller's: inside this function they made
         the common way 1.2 times as slow."""
         num_classes = values.shape[0]
@@ -412,7 +397,17 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 lanes_store_max(group_max, g, group_max, g, values, start + g)
         for j in range(stripes, num_classes):
             group_max[j - stripes] = max(group_max[j - stripes], values[j])
-        floor = _kth_highest(group_max, groups, k)
+        # The k-th highest group maximum: the maxima sorted by a network, -inf up to its width.
+        group_max[groups:] = -np.inf
+        if groups <= 16:
+            lanes_sort16(group_max, 0)
+        elif groups <= 32:
+            lanes_sort32(group_max, 0)
+        elif groups <= 64:
+            lanes_sort64(group_max, 0)
+        else:
+            lanes_sort128(group_max, 0)
+        floor = group_max[k - 1]
         # The candidates, in column order: the set bits of vector comparisons, four to a 64-bit word, of which the
         # first four set bits are taken without a branch (a word with more goes on one at a time); unsigned counts
         # spare a check for a negative index.
@@ -526,7 +521,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             keys_b = np.empty(num_classes, bits_a.dtype)
             pair_a = np.zeros(PAIRS_MAX, values_a.dtype)
             pair_b = np.zeros(PAIRS_MAX, values_a.dtype)
-            group_max = np.empty(SCAN_MAX_GROUPS, values_a.dtype)
+            group_max = np.empty(NETWORK_WIDTHS[-1], values_a.dtype)
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
                 if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
                                   or _has_nan(bits_b[row], 0, num_classes, nbits)):

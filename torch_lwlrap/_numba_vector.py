@@ -16,10 +16,13 @@ values on any of them.
   ``start + i`` is ``>=``, ``>``, ``<``, ``==`` a scalar (ordered comparisons: a NaN sets no bit).
 * :func:`lanes_exclusive_sum`: ``LANES`` uint32 counters replaced by their running sum before each (a radix sort's
   first place of each digit), in ``log2(LANES)`` shifted vector additions.
+* ``lanes_sort16`` to ``lanes_sort128`` (:data:`SORT_DESCENDING`): ``array[start : start + w]`` sorted in place,
+  highest first, by a bitonic sorting network on one vector of ``w`` entries (shuffles, comparisons and selects; no
+  branch, no loop).
 * :func:`popcount`, :func:`lowest_bit`: the set bits of a uint64 and the index of its lowest set bit.
 
-The entries ``start .. start + LANES - 1`` must lie inside the array: the caller reads a shorter tail one entry at a
-time.
+The entries ``start .. start + LANES - 1`` (``start + w - 1`` for a sort) must lie inside the array: the caller
+reads a shorter tail one entry at a time.
 """
 
 from __future__ import annotations
@@ -44,11 +47,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
                 and array.dtype in (types.float32, types.float64))
 
-    def _address(context, builder, array_type, array, start_type, start):
-        """Where ``array[start]`` lies, as a pointer to a vector of ``LANES`` entries."""
+    def _address(context, builder, array_type, array, start_type, start, width=LANES):
+        """Where ``array[start]`` lies, as a pointer to a vector of ``width`` entries."""
         data = context.make_array(array_type)(context, builder, array).data
         at = builder.gep(data, [context.cast(builder, start, start_type, types.intp)])
-        return builder.bitcast(at, ir.VectorType(context.get_value_type(array_type.dtype), LANES).as_pointer())
+        return builder.bitcast(at, ir.VectorType(context.get_value_type(array_type.dtype), width).as_pointer())
 
     def _load(context, builder, array_type, array, start_type, start):
         """The ``LANES`` entries of ``array`` from ``start`` on, as one LLVM vector."""
@@ -149,6 +152,55 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             return builder.add(args[2], builder.extract_element(total, ir.Constant(_I32, LANES - 1)))
 
         return types.uint32(array, start, carry), codegen
+
+    def _bitonic_descending(builder, vector):
+        """``vector`` (an LLVM vector of ``w`` floats, ``w`` a power of 2) sorted highest first: Batcher's bitonic
+        network, each of its ``log2(w) (log2(w) + 1) / 2`` steps a shuffle to the partners (``i ^ stride``), an
+        ordered ``>`` and two selects (the higher and the lower of each pair), and a shuffle that gives each entry the
+        one it keeps. Equal entries (``-0.0`` and ``0.0`` among them) may trade places; with a NaN among them the
+        entries come out in some order, some possibly repeated in place of others."""
+        width = vector.type.count
+        undefined = ir.Constant(vector.type, ir.Undefined)
+        size = 2
+        while size <= width:  # bitonic runs of this size, merged stride by stride
+            stride = size // 2
+            while stride:
+                partners = ir.Constant(ir.VectorType(_I32, width), [i ^ stride for i in range(width)])
+                partner = builder.shuffle_vector(vector, undefined, partners)
+                above = builder.fcmp_ordered(">", vector, partner)
+                higher = builder.select(above, vector, partner)
+                lower = builder.select(above, partner, vector)
+                # The pair's first entry keeps the higher in a run that descends (size's bit clear: the last run,
+                # all of them, descends), the lower in one that ascends.
+                keep = [i if ((i & stride) == 0) == ((i & size) == 0) else width + i for i in range(width)]
+                vector = builder.shuffle_vector(higher, lower, ir.Constant(ir.VectorType(_I32, width), keep))
+                stride //= 2
+            size *= 2
+        return vector
+
+    def _sorting_network(width: int):
+        """The primitive that sorts ``array[start : start + width]`` in place, highest first
+        (:func:`_bitonic_descending`)."""
+
+        @intrinsic
+        def sort_descending(typingctx, array, start):
+            if not (_contiguous_floats(array) and isinstance(start, types.Integer)):
+                return None
+
+            def codegen(context, builder, signature, args):
+                at = _address(context, builder, signature.args[0], args[0], signature.args[1], args[1], width)
+                align = array.dtype.bitwidth // 8
+                builder.store(_bitonic_descending(builder, builder.load(at, align=align)), at, align=align)
+                return context.get_dummy_value()
+
+            return types.none(array, start), codegen
+
+        sort_descending.__doc__ = f"Sort ``array[start : start + {width}]`` in place, highest first (bitonic network)."
+        return sort_descending
+
+    #: The sorting networks by width: ``SORT_DESCENDING[w]`` sorts ``w`` entries (:func:`_sorting_network`).
+    SORT_DESCENDING = {width: _sorting_network(width) for width in (16, 32, 64, 128)}
+    lanes_sort16, lanes_sort32, lanes_sort64, lanes_sort128 = (SORT_DESCENDING[w] for w in (16, 32, 64, 128))
 
     @intrinsic
     def popcount(typingctx, word):
