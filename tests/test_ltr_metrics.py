@@ -287,10 +287,11 @@ def test_distance_at_k_on_wide_rows_takes_every_kernel_branch(engine, k):
 @pytest.mark.skipif(_ltr_numba.unavailable_reason("cpu", torch.float32) is not None, reason="needs numba")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("c", [64, 97, 527])
-@pytest.mark.parametrize("k", [1, 8, 10, 24, 48])
+@pytest.mark.parametrize("k", [1, 8, 10, 24, 32, 40, 48])
 def test_the_compiled_scan_for_the_top_k_equals_brute_force_row_by_row(dtype, c, k):
     # The scan takes k up to 48 on rows of at least 2 G labels (G: 2 k rounded up to 16): k up to 8 from 32 labels,
-    # 16 from 64, 24 from 96, 48 from 192; the other rows sort (here k = 24 and 48 at 64 labels, 48 at 97). Rows:
+    # 16 from 64, 24 from 96, 48 from 192; the other rows sort (here k = 24 and more at 64 labels, 32 and more at
+    # 97). G = 16, 32, 48, 64, 80 and 96 take the sorting networks of 16, 32, 64, 64, 128 and 128 entries. Rows:
     # distinct scores, a few levels (tied candidates beyond what the scan places, ties across the k-th place), 40
     # levels, 0/1 scores, and -inf, +inf, -0.0 among them. Widths 64 and 527 end in a whole and a partial vector.
     g = torch.Generator().manual_seed(c * 100 + k)
