@@ -308,6 +308,35 @@ def test_the_compiled_scan_for_the_top_k_equals_brute_force_row_by_row(dtype, c,
         assert rows_out[i].item() == pytest.approx(naive_distance(a[i : i + 1], b[i : i + 1], k), rel=1e-12, abs=0), (i, k)
 
 
+@pytest.mark.skipif(_ltr_numba.unavailable_reason("cpu", torch.float32) is not None, reason="needs numba")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_scan_takes_as_floor_the_kth_highest_group_maximum(dtype):
+    # Any floor that k entries reach gives the right top k (a wrong one only sends the row to a sort), so the values
+    # alone cannot tell a wrong floor: the scan's count of candidates must be that of the exact floor, the k-th
+    # highest of the maxima of the columns g, g + G, g + 2 G, ... (G: 2 k rounded up to 16), from numpy.
+    rng = np.random.default_rng(5)
+    lanes = 16
+    for c in (64, 97, 192, 527):
+        for k in range(1, 49):
+            if not _ltr_numba._scan_applies(k, c):
+                continue
+            for levels in (None, 40):
+                row = rng.standard_normal(c) if levels is None else rng.integers(0, levels, c).astype(np.float64)
+                row = row.astype(dtype)
+                groups = (2 * k + lanes - 1) // lanes * lanes
+                maxima = np.array([row[g::groups].max() for g in range(groups)])
+                floor = np.sort(maxima)[::-1][k - 1]
+                mark, union = np.zeros(c, np.bool_), np.zeros(c + 1, np.uint64)
+                size, found, placed = _ltr_numba._scan_top(
+                    row, k, mark, union, np.uint64(0), np.empty(c + lanes, dtype), np.empty(c, np.uint64),
+                    np.empty(_ltr_numba.NETWORK_WIDTHS[-1], dtype))
+                assert found == int((row >= floor).sum()), (c, k, levels)
+                assert placed == (k <= found <= _ltr_numba.RANKED_MAX)
+                if placed and levels is None:  # distinct scores: the k highest columns
+                    assert sorted(union[:size].tolist()) == sorted(np.argsort(-row, kind="stable")[:k].tolist())
+                    assert mark.sum() == k
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_distance_at_c_without_ties_is_one_minus_tau_over_two(engine):
     a, b = distinct_rows(9, c=12)

@@ -22,10 +22,10 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K` and a row of at
   least ``2 G`` labels; otherwise the row is sorted), in the vectors of :mod:`torch_lwlrap._numba_vector`: the row's
   columns fall into ``G`` groups by column modulo ``G`` (``G``: ``2 k`` rounded up to whole vectors), whose maxima
-  are a running vector maximum over the row; the k-th highest group maximum, found by a sorting network in
-  vectors, bounds the k-th highest score from below; the entries at or above that bound are the candidates, taken
-  from the set bits of vector comparisons, and each candidate's place among them (those above it, the equal ones in
-  lower columns) decides whether it is one of the top ``k``.
+  are a running vector maximum over the row; the k-th highest group maximum, from a sorting network on one vector
+  of 16 to 128 entries, bounds the k-th highest score from below; the entries at or above that bound are the
+  candidates, taken from the set bits of vector comparisons, and each candidate's place among them (those above
+  it, the equal ones in lower columns) decides whether it is one of the top ``k``.
   Ties that leave many candidates go through a sorted buffer. The union of the two top sets is marked, and its
   pairs are compared directly, an entry against a vector of the later ones, when the union is small
   (:data:`PAIRS_MAX`), else counted as for tau.
@@ -44,7 +44,7 @@ from torch import Tensor
 
 from torch_lwlrap._kernel_contract import SCORE_DTYPES
 from torch_lwlrap._ltr_sort import DIGIT_BITS
-from torch_lwlrap._numba_vector import LANES
+from torch_lwlrap._numba_vector import LANES, NETWORK_WIDTHS
 from torch_lwlrap import _numba_runtime
 from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
 
@@ -68,9 +68,6 @@ RANKED_MAX = 4 * LANES
 #: few more entries then reach the k-th highest group maximum on scores without ties), and rows of at least twice as
 #: many labels.
 SCAN_MAX_GROUPS = (2 * SCAN_MAX_K + LANES - 1) // LANES * LANES
-
-#: The widths of the sorting networks that order a scan's group maxima (the groups rounded up to one of them).
-NETWORK_WIDTHS = (16, 32, 64, 128)
 
 #: Largest union compared pair by pair (in vectors of :data:`LANES` entries); a larger one is counted as for tau.
 PAIRS_MAX = 3 * LANES
@@ -380,12 +377,13 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     @serial_kernel
     def _scan_top(values, k, mark, union, n, cand_values, cand_cols, group_max):
         """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed, by a
-        scan (:func:`_scan_applies`). Returns ``(size, found)``, ``found`` the scan's candidates: with
-        ``k <= found <= RANKED_MAX`` they were placed and ``size`` is the new size (unsigned, as in :func:`_add`);
-        else nothing was added, and the candidates are ``cand_values[:found]``, ``cand_cols[:found]``, for
-        :func:`_add_rest`. ``group_max``: ``NETWORK_WIDTHS[-1]`` entries; ``cand_values``: the row's length and a
-        vector more; ``cand_cols``: the row's length. The rare ways are the caller's: inside this function they made
-        the common way 1.2 times as slow."""
+        scan (:func:`_scan_applies`). Returns ``(size, found, placed)``: ``found`` (int64) the number of candidates,
+        the entries at or above the floor; ``placed`` when there are ``k`` to :data:`RANKED_MAX` of them, which the
+        scan then placed, ``size`` the new size (unsigned, as in :func:`_add`); else nothing was added (``size`` is
+        ``n``), and the candidates are ``cand_values[:found]``, ``cand_cols[:found]``, for :func:`_add_rest`.
+        ``group_max``: ``NETWORK_WIDTHS[-1]`` entries; ``cand_values``: the row's length and a vector more;
+        ``cand_cols``: the row's length. The rare ways are the caller's: inside this function they made the common
+        way 1.2 times as slow."""
         num_classes = values.shape[0]
         groups = _scan_groups(k)
         # Group g holds the columns g, g + groups, ...: the k highest group maxima are k entries, so the k-th
@@ -435,7 +433,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             cand_values[i] = values[cand_cols[i]]
         m = np.int64(found)
         if not k <= m <= RANKED_MAX:
-            return n, m
+            return n, m, False
         # Each candidate's place: the candidates above it and the equal ones before it (vector comparisons; the
         # entries past the candidates are -inf and never above, nor before).
         cand_values[found: (found + lanes - one) // lanes * lanes] = -np.inf
@@ -448,7 +446,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 place += popcount(lanes_gt(cand_values, start, v))
                 place += popcount(lanes_eq(cand_values, start, v) & before)
             n = _add(cand_cols[i], mark, union, n, place < np.uint64(k))
-        return n, m
+        return n, m, True
 
     @serial_kernel
     def _add_rest(bits, nbits, k, found, mark, union, n, cand_values, cand_cols, top_values, top_cols, work):
@@ -530,10 +528,11 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 a, b = values_a[row], values_b[row]
                 size = np.uint64(0)
                 for values, bits in ((a, bits_a[row]), (b, bits_b[row])):
-                    start, found = size, 0
+                    start, found, placed = size, 0, False
                     if scan:
-                        size, found = _scan_top(values, k, mark, union, start, cand_values, cand_cols, group_max)
-                    if not k <= found <= RANKED_MAX:
+                        size, found, placed = _scan_top(values, k, mark, union, start, cand_values, cand_cols,
+                                                        group_max)
+                    if not placed:
                         size = _add_rest(bits, nbits, k, found, mark, union, start, cand_values, cand_cols,
                                          top_values, top_cols, work)
                 for p in range(size):

@@ -2,9 +2,9 @@
 
 numba leaves vector code to LLVM's loop vectorizer and keeps its SLP vectorizer off, so a loop with a small fixed
 trip count (the 16 entries of a chunk) is unrolled into scalar code, each load with a check for a negative index.
-These primitives load :data:`LANES` consecutive entries of a contiguous 1-D float32 or float64 array as one LLVM
-vector and reduce it there: LLVM lowers them to the processor's vector instructions (AVX2, SSE, NEON), the same
-values on any of them.
+These primitives load :data:`LANES` consecutive entries (the sorts: ``w``) of a contiguous 1-D float32 or float64
+array as one LLVM vector and reduce it there: LLVM lowers them to the processor's vector instructions (AVX2, SSE,
+NEON), the same values on any of them.
 
 * :func:`lanes_max`: the highest of ``LANES`` entries (a tree of ``>`` and select: with a NaN among them, one of
   the entries, never an error; the callers test for NaN first or take any value).
@@ -18,7 +18,8 @@ values on any of them.
   first place of each digit), in ``log2(LANES)`` shifted vector additions.
 * ``lanes_sort16`` to ``lanes_sort128`` (:data:`SORT_DESCENDING`): ``array[start : start + w]`` sorted in place,
   highest first, by a bitonic sorting network on one vector of ``w`` entries (shuffles, comparisons and selects; no
-  branch, no loop).
+  branch, no loop). With a NaN among them: the entries in some order, some possibly repeated in place of others,
+  never an error.
 * :func:`popcount`, :func:`lowest_bit`: the set bits of a uint64 and the index of its lowest set bit.
 
 The entries ``start .. start + LANES - 1`` (``start + w - 1`` for a sort) must lie inside the array: the caller
@@ -29,10 +30,13 @@ from __future__ import annotations
 
 from torch_lwlrap._numba_runtime import numba
 
-__all__ = ["LANES"]
+__all__ = ["LANES", "NETWORK_WIDTHS"]
 
 #: Entries per vector primitive: 16 float32 (two AVX2 registers) or float64 values.
 LANES = 16
+
+#: The widths of the sorting networks ``lanes_sort16`` to ``lanes_sort128``.
+NETWORK_WIDTHS = (16, 32, 64, 128)
 
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
@@ -199,8 +203,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return sort_descending
 
     #: The sorting networks by width: ``SORT_DESCENDING[w]`` sorts ``w`` entries (:func:`_sorting_network`).
-    SORT_DESCENDING = {width: _sorting_network(width) for width in (16, 32, 64, 128)}
-    lanes_sort16, lanes_sort32, lanes_sort64, lanes_sort128 = (SORT_DESCENDING[w] for w in (16, 32, 64, 128))
+    SORT_DESCENDING = {width: _sorting_network(width) for width in NETWORK_WIDTHS}
+    lanes_sort16, lanes_sort32, lanes_sort64, lanes_sort128 = SORT_DESCENDING.values()
 
     @intrinsic
     def popcount(typingctx, word):
