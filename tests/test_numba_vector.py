@@ -14,6 +14,7 @@ from numba import njit  # noqa: E402
 
 from torch_lwlrap._numba_vector import (  # noqa: E402
     LANES,
+    _bitonic_descending,
     lanes_eq,
     lanes_exclusive_sum,
     lanes_ge,
@@ -177,8 +178,6 @@ def test_the_sorting_network_compiles_for_other_processors(triple):
     # for processors this machine is not, through llvmlite's own LLVM.
     llvm = pytest.importorskip("llvmlite.binding")
     from llvmlite import ir
-
-    from torch_lwlrap._numba_vector import _bitonic_descending
 
     try:
         llvm.initialize_all_targets()

@@ -395,13 +395,14 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 lanes_store_max(group_max, g, group_max, g, values, start + g)
         for j in range(stripes, num_classes):
             group_max[j - stripes] = max(group_max[j - stripes], values[j])
-        # The k-th highest group maximum: the maxima sorted by a network, -inf up to its width.
-        group_max[groups:] = -np.inf
-        if groups <= 16:
+        # The k-th highest group maximum: the maxima, -inf up to the narrowest network that holds them, sorted by it.
+        width = 16 if groups <= 16 else 32 if groups <= 32 else 64 if groups <= 64 else 128
+        group_max[groups:width] = -np.inf
+        if width == 16:
             lanes_sort16(group_max, 0)
-        elif groups <= 32:
+        elif width == 32:
             lanes_sort32(group_max, 0)
-        elif groups <= 64:
+        elif width == 64:
             lanes_sort64(group_max, 0)
         else:
             lanes_sort128(group_max, 0)
