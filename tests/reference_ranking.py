@@ -9,12 +9,17 @@ Each label of a sample gets a *position* in its ranking (ignored labels removed)
   the mean of its values under those strict orders.
 
 Every per-sample value is a function of the positions alone.
+
+Beside them, the references of the rank agreement between two score tensors: scipy's ``spearmanr`` and
+``kendalltau`` per row (scipy is a test extra, imported where used), and the Kendall distance at k by brute force
+over the pairs of the two top-k sets' union.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from fractions import Fraction
 from typing import Dict, List, Sequence
 
@@ -171,3 +176,47 @@ def naive_lwlrap_lrap_expected(preds, target, ignore_index=None):
         trivial = not positives or len(positives) == len(known)
         lrap.append(Fraction(1) if trivial else row_sum / len(positives))
     return float(precision_sum / positives_total), float(sum(lrap, Fraction(0)) / len(lrap))
+
+
+# Rank agreement between two score tensors: scipy per row, and the Kendall distance at k by brute force.
+
+
+def scipy_mean(a, b, method):
+    """The mean of scipy's per-row correlation over rows where it is defined, and the rows where it is not."""
+    from scipy import stats as scipy_stats  # a test extra: imported where a reference needs it
+
+    values, undefined = [], 0
+    for x, y in zip(a.double().numpy(), b.double().numpy()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if method == "spearman":
+                value = scipy_stats.spearmanr(x, y).statistic if len(x) > 1 else math.nan
+            else:
+                value = scipy_stats.kendalltau(x, y).statistic if len(x) > 1 else math.nan
+        if math.isnan(value):
+            undefined += 1
+        else:
+            values.append(value)
+    return (float(np.mean(values)) if values else math.nan), undefined
+
+
+def naive_distance(a, b, k):
+    """The distance at k from its definition: sort with lower column first among ties, brute force over pairs."""
+    out = []
+    for x, y in zip(a.double().tolist(), b.double().tolist()):
+        c = len(x)
+        top = set(sorted(range(c), key=lambda j: (-x[j], j))[:k]) | set(sorted(range(c), key=lambda j: (-y[j], j))[:k])
+        n = len(top)
+        if n < 2:
+            out.append(0.0)
+            continue
+        score = 0.0
+        for u, v in itertools.combinations(sorted(top), 2):
+            # By comparison, not subtraction: two equal infinities are tied (their difference is NaN).
+            dx, dy = (x[u] > x[v]) - (x[u] < x[v]), (y[u] > y[v]) - (y[u] < y[v])
+            if dx * dy < 0:
+                score += 1
+            elif (dx == 0) != (dy == 0):
+                score += 0.5
+        out.append(score / (n * (n - 1) / 2))
+    return float(np.mean(out))

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.test_ltr_metrics import naive_distance
+from tests.reference_ranking import naive_distance
 from torch_lwlrap.cli import main
 
 TRUTH = 'fname,labels\nx.wav,"a,c"\ny.wav,b\nz.wav,a\n'

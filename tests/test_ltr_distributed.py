@@ -12,8 +12,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.reference_ranking import naive_distance, scipy_mean
 from tests.test_distributed import run_ranks
-from tests.test_ltr_metrics import naive_distance, naive_ndcg, scipy_mean
+from tests.test_ltr_metrics import naive_ndcg
 from torch_lwlrap import (
     MultilabelKendallDistanceAtK,
     MultilabelNDCG,

@@ -4,17 +4,15 @@ accumulation, checkpoints, bad input and the input forms of a training loop."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
-import warnings
 
 import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tests.reference_ranking import all_orders
+from tests.reference_ranking import all_orders, naive_distance, scipy_mean
 from tests.test_checkpoints import _Recorder  # counts aten operations and the largest tensor made
 from torch_lwlrap import (
     MultilabelKendallDistanceAtK,
@@ -56,45 +54,6 @@ def distinct_rows(seed, n=40, c=7, dtype=torch.float64):
     return torch.randn(n, c, generator=g, dtype=torch.float64).to(dtype), torch.randn(
         n, c, generator=g, dtype=torch.float64
     ).to(dtype)
-
-
-def scipy_mean(a, b, method):
-    """The mean of scipy's per-row correlation over rows where it is defined, and the rows where it is not."""
-    values, undefined = [], 0
-    for x, y in zip(a.double().numpy(), b.double().numpy()):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if method == "spearman":
-                value = scipy_stats.spearmanr(x, y).statistic if len(x) > 1 else math.nan
-            else:
-                value = scipy_stats.kendalltau(x, y).statistic if len(x) > 1 else math.nan
-        if math.isnan(value):
-            undefined += 1
-        else:
-            values.append(value)
-    return (float(np.mean(values)) if values else math.nan), undefined
-
-
-def naive_distance(a, b, k):
-    """The distance at k from its definition: sort with lower column first among ties, brute force over pairs."""
-    out = []
-    for x, y in zip(a.double().tolist(), b.double().tolist()):
-        c = len(x)
-        top = set(sorted(range(c), key=lambda j: (-x[j], j))[:k]) | set(sorted(range(c), key=lambda j: (-y[j], j))[:k])
-        n = len(top)
-        if n < 2:
-            out.append(0.0)
-            continue
-        score = 0.0
-        for u, v in itertools.combinations(sorted(top), 2):
-            # By comparison, not subtraction: two equal infinities are tied (their difference is NaN).
-            dx, dy = (x[u] > x[v]) - (x[u] < x[v]), (y[u] > y[v]) - (y[u] < y[v])
-            if dx * dy < 0:
-                score += 1
-            elif (dx == 0) != (dy == 0):
-                score += 0.5
-        out.append(score / (n * (n - 1) / 2))
-    return float(np.mean(out))
 
 
 def naive_ndcg(preds, relevance, k, gain, ties, ignore_index=None, empty_target="zero", weight=None):
