@@ -33,13 +33,35 @@ def _setup():
     return _numba_runtime
 
 
-def _score(seed):
-    """(lwlrap, lrap with ties="index", lwlrap with ties="expected", all with ignored labels) of one small tie-heavy
-    batch, on the default engine: the ranking pass, and the counts pass with the compiled tie rule; then the bounds
-    of the bootstrap interval of lwlrap from the function and from a metric updated in two batches (the bootstrap's
-    compiled pass), equal bit for bit."""
+#: The Kendall distance's k on the pairs of :func:`_pair`: its scan serves k = 5 on 40 labels.
+AGREEMENT_K = 5
+
+
+def _pair(seed, levels):
+    """Two score tensors of 150 x 40, three blocks of rows of the rank-agreement kernels: ``levels=4`` heavy ties
+    and +-inf (the distance's sorted buffer and its sort), ``levels=10**6`` about distinct (its scan's placement)."""
     from tests.reference import make_case
-    from torch_lwlrap import MultilabelLWLRAP, multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_ci
+
+    infinite = levels < 10
+    first = make_case(seed, 150, 40, levels=levels, infinite=infinite)[0]
+    return first, make_case(seed + 500, 150, 40, levels=levels, infinite=infinite)[0]
+
+
+def _score(seed):
+    """(lwlrap, lrap with ties="index", lwlrap with ties="expected", all with ignored labels; Spearman, Kendall and
+    the distance at k of a tie-heavy pair, the distance of a pair without ties) of small batches, on the default
+    engine: the ranking pass, the counts pass with the compiled tie rule and the rank-agreement kernels; then the
+    bounds of the bootstrap interval of lwlrap from the function and from a metric updated in two batches (the
+    bootstrap's compiled pass), equal bit for bit."""
+    from tests.reference import make_case
+    from torch_lwlrap import (
+        MultilabelLWLRAP,
+        multilabel_kendall_distance_at_k,
+        multilabel_lrap,
+        multilabel_lwlrap,
+        multilabel_lwlrap_ci,
+        multilabel_rank_correlation,
+    )
 
     preds, target = make_case(seed, 150, 23, ignore_index=-1)
     interval = multilabel_lwlrap_ci(preds, target, ignore_index=-1, num_bootstrap=200, seed=seed)
@@ -48,10 +70,15 @@ def _score(seed):
     metric.update(preds[70:], target[70:])
     low, high = metric.confidence_interval()
     assert (low.item(), high.item()) == (interval.low.item(), interval.high.item()), seed
+    tied, distinct = _pair(seed, 4), _pair(seed, 10**6)
     return (
         multilabel_lwlrap(preds, target, ignore_index=-1).item(),
         multilabel_lrap(preds, target.float(), ignore_index=-1, ties="index").item(),
         multilabel_lwlrap(preds, target, ignore_index=-1, ties="expected").item(),
+        multilabel_rank_correlation(*tied).item(),
+        multilabel_rank_correlation(*tied, method="kendall").item(),
+        multilabel_kendall_distance_at_k(*tied, AGREEMENT_K).item(),
+        multilabel_kendall_distance_at_k(*distinct, AGREEMENT_K).item(),
         interval.low.item(),
         interval.high.item(),
     )
@@ -59,12 +86,18 @@ def _score(seed):
 
 def _reference(seed):
     from tests.reference import make_case, naive_lrap, naive_lwlrap
+    from tests.reference_ranking import naive_distance, scipy_mean
 
     preds, target = make_case(seed, 150, 23, ignore_index=-1)
+    tied, distinct = _pair(seed, 4), _pair(seed, 10**6)
     return (
         naive_lwlrap(preds, target, ignore_index=-1),
         naive_lrap(preds, target, ignore_index=-1, ties="index"),
         naive_lwlrap(preds, target, ignore_index=-1, ties="expected"),
+        scipy_mean(*tied, "spearman")[0],
+        scipy_mean(*tied, "kendall")[0],
+        naive_distance(*tied, AGREEMENT_K),
+        naive_distance(*distinct, AGREEMENT_K),
     )
 
 
@@ -95,6 +128,10 @@ def fork_main() -> None:
     seeds = list(range(6))
     parent = [_score(seed) for seed in seeds]  # starts numba's threads in the parent
     assert kernel._threads_started(), "the parent call should have started numba's threads"
+    from torch_lwlrap import _ltr_numba
+
+    for ltr_kernel in (_ltr_numba._correlation_kernel, _ltr_numba._distance_kernel):
+        assert ltr_kernel.parallel.signatures, "the parent should have run the rank-agreement kernels in parallel"
     print("threading layer:", numba.threading_layer(), flush=True)
     want = [_reference(seed) for seed in seeds]
     assert all(_close(got, ref) for got, ref in zip(parent, want)), (parent, want)
@@ -147,19 +184,26 @@ def threads_main() -> None:
 
 def one_thread_main() -> None:
     """``torch.set_num_threads(1)`` before anything: every public function and metric, the bootstrap's, the tie
-    rules' and the ranking family's compiled passes included, runs without starting numba's threads."""
+    rules', the ranking family's and the rank-agreement compiled passes included, runs without starting numba's
+    threads."""
     import torch
 
     from tests.reference import make_case
     from torch_lwlrap import (
+        MultilabelKendallDistanceAtK,
         MultilabelLRAP,
         MultilabelLWLRAP,
+        MultilabelNDCG,
+        MultilabelRankCorrelation,
         MultilabelRankingMetrics,
         MultilabelTieReport,
         compare_lwlrap,
+        multilabel_kendall_distance_at_k,
         multilabel_lrap_ci,
         multilabel_lwlrap,
         multilabel_lwlrap_ci,
+        multilabel_ndcg,
+        multilabel_rank_correlation,
         tie_report,
     )
     from torch_lwlrap import _numba_runtime
@@ -174,6 +218,18 @@ def one_thread_main() -> None:
     multilabel_lrap_ci(preds, target.float(), ignore_index=-1, num_bootstrap=200, seed=0)
     compare_lwlrap(preds, preds * 0.5, target, ignore_index=-1, num_bootstrap=200, seed=0)
     tie_report(preds, target, ignore_index=-1)
+    other = make_case(4, 3000, 23)[0]
+    for method in ("spearman", "kendall"):
+        multilabel_rank_correlation(preds, other, method=method)
+    multilabel_kendall_distance_at_k(preds, other, 5)
+    multilabel_ndcg(preds, target.clamp(min=0), k=5)
+    for metric, inputs in (
+        (MultilabelRankCorrelation(23, method="kendall"), (preds, other)),
+        (MultilabelKendallDistanceAtK(23, k=5), (preds, other)),
+        (MultilabelNDCG(23, k=5, ignore_index=-1), (preds, target)),
+    ):
+        metric(*inputs)
+        metric.compute()
     for metric in (
         MultilabelLWLRAP(23, ignore_index=-1, num_bootstrap=200, bootstrap_seed=0),
         MultilabelLRAP(23, ignore_index=-1, num_bootstrap=200, bootstrap_seed=0),

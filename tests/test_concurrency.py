@@ -1,25 +1,27 @@
-"""The CPU engine among other processes and threads: forked children, concurrent calls, per-thread overrides.
+"""The CPU engine among other processes and threads: forked children, concurrent calls, per-thread overrides, the
+serial and parallel variants of the ranking passes and of the rank-agreement kernels.
 
 Forks and concurrent calls run in child interpreters (``tests/concurrency_child.py``): a child killed by GNU OpenMP
 after a fork, or aborted by numba's workqueue layer on concurrent use, fails its test instead of taking pytest down.
-Every child compares its values with the naive formula (``tests/reference.py``) and with the serial results.
+Every child compares its values with the naive formulas (``tests/reference.py``), scipy and the brute-force distance
+at k (``tests/reference_ranking.py``), and with the serial results.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.reference import make_case, naive_lrap, naive_lwlrap
-from torch_lwlrap import multilabel_lrap, multilabel_lwlrap
-from torch_lwlrap._ranking import get_engine, ranking_sums, use_engine
+from tests.reference import make_case, naive_lwlrap
+from torch_lwlrap import multilabel_lwlrap
+from torch_lwlrap._ranking import ranking_sums, use_engine
 
 numba = pytest.importorskip("numba")
 from tests.concurrency_child import AlwaysParallel  # noqa: E402
@@ -106,6 +108,51 @@ def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):
     rows = slice(0, 40)
     want = naive_lwlrap(preds[rows], target[rows], ignore_index=-1)
     assert multilabel_lwlrap(preds[rows], target[rows], ignore_index=-1).item() == pytest.approx(want, **TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rank_agreement_kernels_give_the_same_rows_serial_and_parallel(monkeypatch, dtype):
+    # Rows in many blocks, each block with its own workspace (sorts, tries, the scan's buffers) on its thread: every
+    # row's value must not depend on the variant, and both must equal the references (the suite's other calls are
+    # too small to leave the serial variant). Tied rows with +-inf, rows without ties, a row with NaN; the distance
+    # at k through the scan (k = 1, 5, 20), its sorted buffer and the sorted rows (k = 40 on 130 labels).
+    from tests.reference_ranking import naive_distance, scipy_mean
+    from torch_lwlrap import _ltr_numba
+
+    tied = [make_case(seed, 700, 130, dtype=dtype)[0] for seed in (1, 2)]
+    distinct = [make_case(seed, 700, 130, dtype=dtype, levels=10**6, infinite=False)[0] for seed in (3, 4)]
+    with_nan = [tied[0].clone(), tied[1]]
+    with_nan[0][333, 7] = math.nan
+    calls = [(_ltr_numba.correlation_rows, method) for method in ("spearman", "kendall")]
+    calls += [(_ltr_numba.distance_rows, k) for k in (1, 5, 20, 40)]
+    results = []
+    monkeypatch.setattr(_numba_runtime, "_choice", AlwaysParallel())
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread here: no parallel variant to compare")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # two threads whatever torch was set to
+    for min_scores in (10**12, 1):  # the serial variant, then the parallel one on two threads
+        monkeypatch.setattr(_numba_runtime, "PARALLEL_MIN_SCORES_PER_THREAD", min_scores)
+        results.append([call(*pair, option, check_nan=True) for call, option in calls for pair in (tied, distinct, with_nan)])
+    for kernel in (_ltr_numba._correlation_kernel, _ltr_numba._distance_kernel):
+        assert kernel.parallel.signatures, "the parallel variant never ran"
+    for serial, parallel in zip(*results):
+        for one, other in zip(serial, parallel):
+            if isinstance(one, torch.Tensor):
+                torch.testing.assert_close(one, other, rtol=0, atol=0, equal_nan=True)
+            else:
+                assert one == other
+    rows = slice(0, 60)  # the references loop in Python
+    serial = iter(results[0])
+    for call, option in calls:
+        for pair in (tied, distinct, with_nan):
+            got = next(serial)
+            assert got[-1] == (pair is with_nan), "NaN found where there is none, or missed"
+            a, b = pair[0][rows], pair[1][rows]
+            if call is _ltr_numba.distance_rows:
+                assert got[0][rows].mean().item() == pytest.approx(naive_distance(a, b, option), **TOL)
+            else:
+                value, defined = got[0][rows], got[1][rows]
+                assert value[defined].mean().item() == pytest.approx(scipy_mean(a, b, option)[0], **TOL)
 
 
 def test_threads_for_never_exceeds_torch_threads(monkeypatch):
