@@ -1,6 +1,7 @@
 """The learning-to-rank metrics across processes and in a Lightning loop: two gloo ranks with uneven shards (one with
-an empty batch) agree with one process over all the data, and a ``validation_step`` logs the Kendall distance at 10
-between a student's and a teacher's logits."""
+an empty batch) agree with one process over all the data, a ``validation_step`` logs the Kendall distance at 10
+between a student's and a teacher's logits, and a distillation ``training_step`` logs Spearman, Kendall and the
+distance at 5 of each batch from logits that carry gradients (float32, and bfloat16 under "bf16-mixed")."""
 
 from __future__ import annotations
 
@@ -152,3 +153,69 @@ def test_lightning_validation_step_logs_the_kendall_distance_between_student_and
     assert logged == pytest.approx(naive_distance(student_logits, teacher_logits, 10), abs=1e-6)
     assert 0.05 < logged < 0.95  # an untrained student neither agrees with its teacher nor reverses it
     assert multilabel_kendall_distance_at_k(student_logits, teacher_logits, 10).item() == pytest.approx(logged, abs=1e-6)
+
+
+# Lightning's own advice (workers, logging intervals) and its deprecation notices; the library's warnings still fail.
+@pytest.mark.filterwarnings("ignore::UserWarning:lightning")
+@pytest.mark.filterwarnings("ignore::FutureWarning:lightning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:lightning")
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_lightning_training_step_logs_the_agreement_of_a_distilled_student_on_grad_carrying_logits(
+    tmp_path, precision
+):
+    # Distillation: each training step scores the student's logits (which carry gradients, bfloat16 under
+    # "bf16-mixed", so with ties) against the teacher's and logs the batch's values, then steps the optimizer.
+    L = pytest.importorskip("lightning")
+    from torch import nn
+
+    num_labels = 40
+    g = torch.Generator().manual_seed(41)
+    features = torch.randn(96, 8, generator=g)
+    torch.manual_seed(4)
+    teacher = nn.Linear(8, num_labels).requires_grad_(False)
+    seen, logged = [], []
+
+    class Student(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, num_labels)
+            self.spearman = MultilabelRankCorrelation(num_labels)
+            self.kendall = MultilabelRankCorrelation(num_labels, method="kendall")
+            self.agreement = MultilabelKendallDistanceAtK(num_labels, k=5)
+
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            student_logits, teacher_logits = self.net(x), teacher(x)
+            assert student_logits.requires_grad and not teacher_logits.requires_grad
+            seen.append((student_logits.detach().clone(), teacher_logits.clone()))
+            self.log("train_spearman", self.spearman(student_logits, teacher_logits))
+            self.log("train_kendall", self.kendall(student_logits, teacher_logits))
+            self.log("train_kendall_distance_at_5", self.agreement(student_logits, teacher_logits))
+            return nn.functional.mse_loss(student_logits.float(), teacher_logits.float())
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            metrics = self.trainer.callback_metrics
+            logged.append(tuple(metrics[name].item() for name in
+                                ("train_spearman", "train_kendall", "train_kendall_distance_at_5")))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.3)
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(features), batch_size=32)
+    trainer = L.Trainer(
+        max_epochs=2, accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    student = Student()
+    start = student.net.weight.detach().clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(student, loader)
+    assert not torch.equal(start, student.net.weight), "the optimizer never stepped: the loss lost its graph"
+    assert len(seen) == len(logged) == 6
+    for (student_logits, teacher_logits), (spearman, kendall, distance) in zip(seen, logged):
+        assert student_logits.dtype == (torch.bfloat16 if precision == "bf16-mixed" else torch.float32)
+        assert spearman == pytest.approx(scipy_mean(student_logits, teacher_logits, "spearman")[0], abs=1e-6)
+        assert kendall == pytest.approx(scipy_mean(student_logits, teacher_logits, "kendall")[0], abs=1e-6)
+        assert distance == pytest.approx(naive_distance(student_logits, teacher_logits, 5), abs=1e-6)
+    assert logged[0] != logged[-1]  # the student moved towards its teacher
