@@ -1,7 +1,7 @@
 """The vector and bit primitives of the numba kernels (:mod:`torch_lwlrap._numba_vector`) against numpy, entry by
 entry: float32 and float64, starts on and off a vector's alignment, signed and unsigned starts, ties, -0.0, +-inf
 and NaN; the running sum of uint32 counters against numpy's cumsum, with carries that wrap; the sorting networks
-against numpy's sort."""
+against numpy's sort; the prefetch of a row, which changes nothing and reaches the processor's instruction."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from numba import njit  # noqa: E402
 from torch_lwlrap._numba_vector import (  # noqa: E402
     LANES,
     _bitonic_descending,
+    _prefetch_bytes,
     lanes_eq,
     lanes_exclusive_sum,
     lanes_ge,
@@ -28,6 +29,7 @@ from torch_lwlrap._numba_vector import (  # noqa: E402
     lanes_store_max,
     lowest_bit,
     popcount,
+    prefetch_row,
 )
 
 
@@ -198,3 +200,64 @@ def test_the_sorting_network_compiles_for_other_processors(triple):
             parsed = llvm.parse_assembly(str(module))
             parsed.verify()
             assert machine.emit_object(parsed)
+
+
+@njit
+def _prefetched_sums(rows):
+    """Each row's sum, every row prefetched first (the last one twice)."""
+    sums = np.zeros(rows.shape[0])
+    for row in range(rows.shape[0]):
+        prefetch_row(rows, row)
+        prefetch_row(rows, rows.shape[0] - 1)
+        for j in range(rows.shape[1]):
+            sums[row] += rows[row, j]
+    return sums
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint32, np.uint8])
+@pytest.mark.parametrize("columns", [0, 1, 15, 16, 17, 527])
+def test_prefetching_a_row_changes_no_value(dtype, columns):
+    rows = np.arange(7 * columns, dtype=np.int64).reshape(7, columns).astype(dtype)
+    before = rows.copy()
+    assert np.array_equal(_prefetched_sums(rows), rows.astype(np.float64).sum(axis=1))
+    assert np.array_equal(rows, before)
+
+
+def test_prefetching_a_row_emits_the_processor_s_prefetch_instruction():
+    # A hint that LLVM could drop silently: on x86-64 it must become prefetcht0, one per 64-byte line of the row.
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the instruction's name is x86-64's")
+    _prefetched_sums(np.zeros((2, 40), np.float32))
+    assembly = "\n".join(_prefetched_sums.inspect_asm().values())
+    assert "prefetcht0" in assembly
+
+
+@pytest.mark.parametrize("triple", ["aarch64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu",
+                                    "x86_64-unknown-linux-gnu"])
+def test_the_prefetch_compiles_for_other_processors(triple):
+    # LLVM's prefetch intrinsic is target-independent: each processor lowers it to its own instruction or drops it.
+    llvm = pytest.importorskip("llvmlite.binding")
+    from llvmlite import ir
+
+    try:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        target = llvm.Target.from_triple(triple)
+    except (RuntimeError, AttributeError) as error:  # an llvmlite built without that target
+        pytest.skip(f"llvmlite cannot target {triple}: {error}")
+    machine = target.create_target_machine(opt=3)
+    module = ir.Module()
+    module.triple = triple
+    bytes_ = ir.IntType(8).as_pointer()
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [bytes_, ir.IntType(64)]), "fetch")
+    builder = ir.IRBuilder(function.append_basic_block())
+    _prefetch_bytes(builder, *function.args)
+    builder.ret_void()
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    assert machine.emit_object(parsed)
+    assembly = machine.emit_assembly(parsed)
+    expected = {"aarch64": "prfm", "x86_64": "prefetcht0", "powerpc64le": "dcbt"}[triple.split("-")[0]]
+    assert expected in assembly

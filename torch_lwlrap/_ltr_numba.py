@@ -1,7 +1,9 @@
 """Compiled CPU kernels of the rank-agreement metrics (rank correlations, Kendall distance at k), with numba.
 
 One pass per row, rows spread over numba's threads in blocks, each block with its own workspace; every kernel runs
-through the one runner (:func:`torch_lwlrap._numba_runtime.run`).
+through the one runner (:func:`torch_lwlrap._numba_runtime.run`). Each row asks for the next pair of rows from memory
+before it starts (:func:`torch_lwlrap._numba_vector.prefetch_row`): the distance, whose work per row is short,
+spent much of its time waiting for its rows (1.16 to 1.2 times as fast with it; the correlations, a few percent).
 
 * NaN: with ``check_nan`` each kernel tests every score of both rows for NaN on its bits (an integer test, which no
   compiler flag can drop), marks a row that holds one with a NaN value and skips the rest of its work.
@@ -143,7 +145,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     from torch_lwlrap._numba_vector import (
         lanes_eq, lanes_ge, lanes_gt, lanes_lt, lanes_sort16, lanes_sort32, lanes_sort64, lanes_sort128,
-        lanes_store_max, lowest_bit, popcount,
+        lanes_store_max, lowest_bit, popcount, prefetch_row,
     )
 
     #: One in each 16-bit counter below ``x`` (:func:`_inversions_4ary`).
@@ -309,6 +311,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             ranks_a = np.empty(num_classes, np.int64)
             ends = np.empty(num_classes, np.int64)
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
+                if row + 1 < num_rows:  # the next pair of rows on its way from memory while this one is ranked
+                    prefetch_row(bits_a, row + 1)
+                    prefetch_row(bits_b, row + 1)
                 if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
                                   or _has_nan(bits_b[row], 0, num_classes, nbits)):
                     value[row] = np.nan
@@ -522,20 +527,23 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             pair_b = np.zeros(PAIRS_MAX, values_a.dtype)
             group_max = np.empty(NETWORK_WIDTHS[-1], values_a.dtype)
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
+                if row + 1 < num_rows:  # the next pair of rows on its way from memory while this one is ranked
+                    prefetch_row(values_a, row + 1)
+                    prefetch_row(values_b, row + 1)
                 if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
                                   or _has_nan(bits_b[row], 0, num_classes, nbits)):
                     out[row] = np.nan
                     continue
                 a, b = values_a[row], values_b[row]
                 size = np.uint64(0)
-                for values, bits in ((a, bits_a[row]), (b, bits_b[row])):
+                for second in range(2):  # not a loop over a tuple of row views: that costs a reference count each
                     start, found, placed = size, 0, False
                     if scan:
-                        size, found, placed = _scan_top(values, k, mark, union, start, cand_values, cand_cols,
-                                                        group_max)
+                        size, found, placed = _scan_top(b if second else a, k, mark, union, start, cand_values,
+                                                        cand_cols, group_max)
                     if not placed:
-                        size = _add_rest(bits, nbits, k, found, mark, union, start, cand_values, cand_cols,
-                                         top_values, top_cols, work)
+                        size = _add_rest(bits_b[row] if second else bits_a[row], nbits, k, found, mark, union, start,
+                                         cand_values, cand_cols, top_values, top_cols, work)
                 for p in range(size):
                     mark[union[p]] = False
                 n = np.int64(size)

@@ -20,6 +20,8 @@ NEON), the same values on any of them.
   highest first, by a bitonic sorting network on one vector of ``w`` entries (shuffles, comparisons and selects; no
   branch, no loop). With a NaN among them: the entries in some order, some possibly repeated in place of others,
   never an error.
+* :func:`prefetch_row`: a row of a 2-D array asked for from memory ahead of its use (LLVM's ``prefetch``), so that
+  a kernel's next row arrives while it ranks the current one.
 * :func:`popcount`, :func:`lowest_bit`: the set bits of a uint64 and the index of its lowest set bit.
 
 The entries ``start .. start + LANES - 1`` (``start + w - 1`` for a sort) must lie inside the array: the caller
@@ -41,7 +43,7 @@ NETWORK_WIDTHS = (16, 32, 64, 128)
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
     from llvmlite import ir
-    from numba.core import types
+    from numba.core import cgutils, types
     from numba.extending import intrinsic
 
     _I32 = ir.IntType(32)
@@ -205,6 +207,46 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     #: The sorting networks by width: ``SORT_DESCENDING[w]`` sorts ``w`` entries (:func:`_sorting_network`).
     SORT_DESCENDING = {width: _sorting_network(width) for width in NETWORK_WIDTHS}
     lanes_sort16, lanes_sort32, lanes_sort64, lanes_sort128 = SORT_DESCENDING.values()
+
+    #: Bytes per cache line that :func:`prefetch_row` asks for at a time (64 on x86-64 and most Arm cores).
+    _LINE_BYTES = 64
+
+    def _prefetch_bytes(builder, start, size):
+        """Emit LLVM's ``prefetch`` (for reading, to every cache level) at each line of the ``size`` bytes from
+        ``start`` (an ``i8*``; ``size`` an integer) and at their last byte: a range that starts within a line ends in
+        the line after the last one asked for."""
+        bytes_ = start.type
+        fetch = builder.module.declare_intrinsic(
+            "llvm.prefetch", [bytes_], ir.FunctionType(ir.VoidType(), [bytes_, _I32, _I32, _I32])
+        )
+        flags = [ir.Constant(_I32, value) for value in (0, 3, 1)]  # read, every cache level, data
+        line = ir.Constant(size.type, _LINE_BYTES)
+        lines = builder.udiv(builder.add(size, ir.Constant(size.type, _LINE_BYTES - 1)), line)
+        with cgutils.for_range(builder, lines) as loop:
+            builder.call(fetch, [builder.gep(start, [builder.mul(loop.index, line)]), *flags])
+        with builder.if_then(builder.icmp_signed(">", size, ir.Constant(size.type, 0))):
+            builder.call(fetch, [builder.gep(start, [builder.sub(size, ir.Constant(size.type, 1))]), *flags])
+
+    @intrinsic
+    def prefetch_row(typingctx, array, row):
+        """Ask the processor to bring row ``row`` of a C-contiguous 2-D array into its caches
+        (:func:`_prefetch_bytes`). A hint only: it changes no value, never faults, and is dropped where the target
+        has no such instruction. ``row`` must be one of the array's rows."""
+        if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C"
+                and isinstance(row, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0])
+            columns = cgutils.unpack_tuple(builder, data.shape, 2)[1]
+            row_index = context.cast(builder, args[1], signature.args[1], types.intp)
+            start = builder.bitcast(builder.gep(data.data, [builder.mul(row_index, columns)]),
+                                    ir.IntType(8).as_pointer())
+            itemsize = ir.Constant(columns.type, context.get_abi_sizeof(data.data.type.pointee))
+            _prefetch_bytes(builder, start, builder.mul(columns, itemsize))
+            return context.get_dummy_value()
+
+        return types.none(array, row), codegen
 
     @intrinsic
     def popcount(typingctx, word):
