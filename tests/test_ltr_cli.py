@@ -39,22 +39,33 @@ def test_agreement_is_one_line_and_a_json_field(files, capsys):
                      f"1: reversed)"]
     assert main(["compare", *files, "--bootstrap", "50", "--agreement", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["agreement"]["k"] == 2
+    assert result["agreement"]["k"] == result["options"]["agreement"] == 2
     assert result["agreement"]["kendall_distance"] == pytest.approx(want, rel=1e-12)
     assert result["difference"] == pytest.approx(result["lwlrap_a"] - result["lwlrap_b"])
 
 
 def test_without_agreement_nothing_changes(files, capsys):
     assert main(["compare", *files, "--bootstrap", "50", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["agreement"] is None
+    result = json.loads(capsys.readouterr().out)
+    assert result["agreement"] is None and result["options"]["agreement"] is None
     assert main(["compare", *files, "--bootstrap", "50"]) == 0
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("agreement")]
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "ten"])
+@pytest.mark.parametrize("value", ["0", "-3", "ten", str(2**63), str(10**30)])
 def test_a_bad_k_is_refused_naming_the_option(files, capsys, value):
     assert main(["compare", *files, "--agreement", value]) == 2
-    assert f"argument --agreement: expected a positive integer, such as 10, but got '{value}'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"argument --agreement: expected a positive integer below 2**63, such as 10, but got '{value}'" in err
+    assert "Traceback" not in err
+
+
+def test_the_largest_k_is_every_class(files, capsys):
+    assert main(["compare", *files, "--bootstrap", "50", "--agreement", str(2**63 - 1), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert main(["compare", *files, "--bootstrap", "50", "--agreement", "3", "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert result["agreement"]["kendall_distance"] == every["agreement"]["kendall_distance"]
 
 
 def test_benchmark_script_times_every_entry_and_reports_each_goal(tmp_path):

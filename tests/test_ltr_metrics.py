@@ -348,6 +348,49 @@ def test_ndcg_equals_the_naive_formula(ties, gain, options):
         close(multilabel_ndcg(preds, relevance, k, gain=gain, ties=ties, sample_weight=w, **options), expected, k)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.float16])
+@pytest.mark.parametrize("gain", ["exponential", "linear"])
+def test_ndcg_of_grades_in_any_dtype_equals_the_int64_value(dtype, gain):
+    # Grades as stored (uint8, int8 ...): the gate's bound (1024) and ignore_index must not wrap around in a dtype
+    # that cannot hold them (1024 is 0 in uint8, -1 is 255); values as int64 grades give them.
+    preds, relevance, weight = graded(21, n=40, c=7, grades=4)
+    relevance = (relevance / 0.75).round()
+    relevance[1, 2] = 100  # a large grade each dtype holds
+    for ignore_index in (None, -1, -200):
+        stored = relevance.to(dtype)
+        if ignore_index == -1 and dtype != torch.uint8:
+            stored[2, :3] = -1  # ignored labels where the dtype can mark them
+        wide = stored.long()
+        if dtype == torch.uint8:
+            stored[3, 4] = 255  # a grade that -1 would be, wrapped around
+            wide[3, 4] = 255
+        got = multilabel_ndcg(preds, stored, 5, gain=gain, ignore_index=ignore_index, sample_weight=weight)
+        want = naive_ndcg(preds, wide.double(), 5, gain, "max", ignore_index=ignore_index, weight=weight)
+        close(got, want, f"{dtype} ignore_index={ignore_index}")
+        metric = MultilabelNDCG(7, 5, gain=gain, ignore_index=ignore_index)
+        metric.update(preds, stored, sample_weight=weight)
+        close(metric.compute(), want, f"{dtype} metric")
+
+
+def test_ndcg_with_grades_near_the_bound_is_finite():
+    # Each gain 2**1023 - 1 is a float64, three of them sum beyond: the ratio must still be the ratio (NDCG of equal
+    # gains does not depend on their size: the binary relevance's value).
+    preds, relevance, _ = graded(23, n=30, c=6, grades=2)
+    binary = (relevance > 0).double()
+    for k in (None, 2, 6):
+        for ties in ("max", "index", "expected"):
+            huge = multilabel_ndcg(preds, binary * 1023, k, ties=ties)
+            assert torch.isfinite(huge)
+            close(huge, multilabel_ndcg(preds, binary, k, ties=ties).item(), f"k={k} ties={ties}")
+    mixed = torch.tensor([[1023.0, 1022.0, 0.0, 1023.0]])
+    scores = torch.tensor([[0.9, 0.1, 0.5, 0.3]])
+    # Ranked: grades 1023, 0, 1023, 1022; ideal: 1023, 1023, 1022, 0. Divided by 2**1022 the gains are 2, 0, 2 and 1
+    # (the -1 of 2**r - 1 is far below a float64's precision there).
+    discount = [1 / math.log2(i + 2) for i in range(4)]
+    want = (2 * discount[0] + 2 * discount[2] + 1 * discount[3]) / (2 * discount[0] + 2 * discount[1] + discount[2])
+    close(multilabel_ndcg(scores, mixed), want)
+
+
 @pytest.mark.parametrize("ties", ["max", "index", "expected"])
 @pytest.mark.parametrize("empty_target", ["zero", "skip"])
 def test_ndcg_of_binary_relevance_is_the_retrieval_ndcg(ties, empty_target):
@@ -488,6 +531,13 @@ def test_errors_name_the_argument_the_value_and_the_fix():
     assert multilabel_ndcg(a, torch.full((4, 5), 2000.0), gain="linear").item() == pytest.approx(1.0)
     with pytest.raises(ValueError, match=r"`ignore_index` must be a negative integer.*but got 2: mark unknown"):
         MultilabelNDCG(5, ignore_index=2)
+    for beyond in (-(2**63) - 1, -(2**64)):
+        with pytest.raises(ValueError, match=r"`ignore_index` must fit an int64.*mark unknown labels with -1"):
+            MultilabelNDCG(5, ignore_index=beyond)
+        with pytest.raises(ValueError, match=r"`ignore_index` must fit an int64.*mark unknown labels with -1"):
+            multilabel_ndcg(a, b.abs(), ignore_index=beyond)
+    with pytest.raises(ValueError, match=r"below 1024 with gain=\"exponential\".*\[2000, 2000, 2000\] \(first at index \(1, 2\)\)"):
+        multilabel_ndcg(a, torch.tensor([[0, 1, 2, 3, 0]] + [[0, 1, 2000, 3, 0]] * 3, dtype=torch.int16))
     with pytest.raises(ValueError, match=r"`gain` must be one of \('exponential', 'linear'\)"):
         multilabel_ndcg(a, b.abs(), gain="log")
     with pytest.raises(ValueError, match=r"`empty_target` must be one of"):

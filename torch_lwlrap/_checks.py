@@ -71,6 +71,10 @@ def check_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
         raise ValueError(
             f"Argument `ignore_index` must differ from the label values 0 and 1, but got {ignore_index!r}."
         )
+    return _check_int64_ignore_index(ignore_index)
+
+
+def _check_int64_ignore_index(ignore_index: int) -> int:
     if not -(2**63) <= ignore_index < 2**63:
         raise ValueError(
             f"Argument `ignore_index` must fit an int64 (torch compares tensors with such integers only), but got "
@@ -464,7 +468,7 @@ def check_graded_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
             f"Argument `ignore_index` must be a negative integer or None for graded relevance (every non-negative "
             f"value is a relevance grade), but got {ignore_index!r}: mark unknown labels with -1, say."
         )
-    return ignore_index
+    return _check_int64_ignore_index(ignore_index)
 
 
 def _check_scores(name: str, value, what: str) -> None:
@@ -581,11 +585,22 @@ def check_graded(
 
 def _bad_relevance(relevance: Tensor, ignore_index: Optional[int], gain: str) -> Tensor:
     bad = ~(relevance >= 0) | (relevance == math.inf)  # NaN fails the first test
-    if gain == "exponential":
+    # Compared only where the dtype holds the bound: an integer tensor compared with a value beyond its range sees
+    # it wrapped around (1024 is 0 in uint8), and no grade of such a dtype can reach it.
+    if gain == "exponential" and (relevance.is_floating_point()
+                                  or torch.iinfo(relevance.dtype).max >= MAX_EXPONENTIAL_RELEVANCE):
         bad |= relevance >= MAX_EXPONENTIAL_RELEVANCE
-    if ignore_index is not None:
-        bad &= relevance != ignore_index
+    ignore = _ignore_value(relevance, ignore_index)
+    if ignore is not None:
+        bad &= relevance != ignore
     return bad
+
+
+def graded_known(relevance: Tensor, ignore_index: Optional[int]) -> Optional[Tensor]:
+    """Where ``relevance`` holds a grade, not ``ignore_index`` (None: everywhere, also where its dtype cannot hold
+    ``ignore_index``, which a comparison would see wrapped around: ``-1`` equals the grade ``255`` in ``uint8``)."""
+    ignore = _ignore_value(relevance, ignore_index)
+    return None if ignore is None else relevance != ignore
 
 
 def flat_rows(value: Optional[Tensor]) -> Optional[Tensor]:

@@ -171,6 +171,9 @@ def ndcg_rows(
     n, num_classes = scores.shape
     cut = min(k, num_classes)
     device = scores.device
+    # Each row's gains times the power of two that brings its largest into [0.5, 1): exact, the ratio unchanged, and
+    # the sums stay finite (three gains of 2**1023 - 1 would make the ideal DCG infinite and the ratio NaN).
+    gain = torch.ldexp(gain, -torch.frexp(gain.amax(dim=1, keepdim=True)).exponent)
     position = torch.arange(num_classes, device=device)
     discount = torch.where(position < cut, 1.0 / torch.log2(position.to(torch.float64) + 2), 0.0)
     # Ascending order of the negated scores puts the highest first, tied scores in column order, and the unknown

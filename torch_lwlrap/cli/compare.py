@@ -136,6 +136,7 @@ def compare_files(
             "bootstrap": num_bootstrap,
             "level": level,
             "seed": seed,
+            "agreement": agreement,
         },
     }
 
@@ -327,8 +328,8 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, such as 10, but got {text!r}")
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a positive integer below 2**63, such as 10, but got {text!r}")
     return value
 
 

@@ -22,6 +22,7 @@ from torch_lwlrap._checks import (
     check_gain,
     check_graded,
     check_graded_ignore_index,
+    graded_known,
     check_k,
     check_method,
     check_pair,
@@ -100,9 +101,7 @@ def _ndcg_update(
         if chunk.dtype in (torch.float16, torch.bfloat16):
             chunk = chunk.float()
         grade = grades[start:stop]
-        known = None
-        if ignore_index is not None and grade.dtype != torch.bool:
-            known = grade != ignore_index
+        known = graded_known(grade, ignore_index)
         gain_values = _ltr_torch.gains(grade, gain)
         if known is not None:
             gain_values = torch.where(known, gain_values, 0.0)
