@@ -8,7 +8,6 @@ uninterrupted run, which is checked against the functions on all data and a naiv
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -39,7 +38,7 @@ from torch_lwlrap import (
     multilabel_retrieval_at_k,
 )
 from torch_lwlrap._checks import TIES
-from torch_lwlrap.metrics._base import TAG_LAYOUT
+from torch_lwlrap.metrics._base import PREVIOUS_LAYOUT, TAG_LAYOUT
 from torch_lwlrap._rank_reductions import RANKING_METRICS
 
 C = 6
@@ -196,12 +195,56 @@ def test_the_line_names_every_option_that_differs():
     )
 
 
-def test_a_checkpoint_of_another_metric_class_is_refused():
+def test_a_checkpoint_of_another_metric_class_is_refused_naming_the_class_that_made_it():
     saved = _persistent(_fed(MultilabelTieReport(4), _batches(4, 1)))  # precision_sum and label_count too
     other = MultilabelLWLRAP(4)
-    with pytest.raises(RuntimeError, match="MultilabelLWLRAP checkpoint was made by another metric class"):
+    with pytest.raises(RuntimeError, match="MultilabelLWLRAP checkpoint was made by MultilabelTieReport: load it "
+                                           "into a MultilabelTieReport"):
         other.load_state_dict(saved.state_dict())
     assert other.label_count.sum() == 0
+    # Classes whose options would decode from each other's tags (two options each, or one): the class is named, not
+    # options that no change of this metric could match.
+    pairs = [
+        (MultilabelKendallDistanceAtK(C, 1), MultilabelRankCorrelation(C)),
+        (MultilabelRankCorrelation(C, method="kendall"), MultilabelKendallDistanceAtK(C, 2)),
+        (MultilabelLWLRAP(C), MultilabelNDCG(C)),
+        (MultilabelNDCG(C, k=3), MultilabelLWLRAP(C, num_bootstrap=3)),
+        (MultilabelCoverageError(C), MultilabelRankingLoss(C)),
+    ]
+    for maker, loader in pairs:
+        made, name = type(maker).__name__, type(loader).__name__
+        fresh = _states(loader)
+        with pytest.raises(RuntimeError, match=rf"{name} checkpoint was made by {made}: load it into a {made}$"):
+            _persistent(loader).load_state_dict(_persistent(maker).state_dict())
+        assert all(torch.equal(getattr(loader, key), value) for key, value in fresh.items())
+
+
+def test_a_subclass_makes_and_loads_its_base_s_checkpoints():
+    class ValidationLWLRAP(MultilabelLWLRAP):
+        pass
+
+    batches = _batches(C, 2)
+    base = _persistent(_fed(MultilabelLWLRAP(C), batches))
+    sub = _persistent(ValidationLWLRAP(C))
+    sub.load_state_dict(base.state_dict())
+    assert torch.equal(sub.precision_sum, base.precision_sum)
+    again = _persistent(MultilabelLWLRAP(C))
+    again.load_state_dict(_persistent(_fed(ValidationLWLRAP(C), batches)).state_dict())
+    assert torch.equal(again.precision_sum, base.precision_sum)
+
+
+def test_a_checkpoint_of_the_previous_layout_without_the_class_loads_when_the_options_agree():
+    # Tags of the previous layout had no class entry: their options are read as before.
+    saved = _persistent(_fed(MultilabelKendallDistanceAtK(C, 2), _score_pairs(C, 2, 1)))
+    state = saved.state_dict()
+    tag = state["options_tag"].tolist()
+    state["options_tag"] = torch.tensor([PREVIOUS_LAYOUT] + tag[5:], dtype=torch.int64)
+    resumed = _persistent(MultilabelKendallDistanceAtK(C, 2))
+    resumed.load_state_dict(dict(state))
+    assert torch.equal(resumed.kendall_distance_sum, saved.kendall_distance_sum)
+    assert torch.equal(resumed.options_tag, saved.options_tag)  # its own tag, in this layout
+    with pytest.raises(RuntimeError, match=r"checkpoint was made with k=2; this metric has k=3"):
+        _persistent(MultilabelKendallDistanceAtK(C, 3)).load_state_dict(dict(state))
 
 
 def test_a_checkpoint_without_the_metric_states_loads_as_before():

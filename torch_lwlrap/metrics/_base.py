@@ -11,6 +11,9 @@ A metric declares, once and before any other state, the options that change what
 * ``load_state_dict`` (of the metric or of a module holding it, ``strict`` or not) refuses a checkpoint made with
   other options, in one line naming both. Options that only change :meth:`compute` (``average``, ``empty_target``)
   are not in the tag: the same sums serve each of their values.
+* The tag also holds the metric's class (the package's own: a user's subclass makes and loads its base's
+  checkpoints), so that a checkpoint of another class is refused naming the class that made it, not read as options
+  of this one. Tags of the previous layout (``PREVIOUS_LAYOUT``, without the class) still load.
 
 The tag never changes (a ``"max"`` reduction keeps it across processes and merges).
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import zlib
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -28,8 +32,11 @@ from torchmetrics import Metric
 
 from torch_lwlrap._checks import check_batch
 
-#: First entry of a tag in this layout; the tags of earlier versions start with a tie-rule index (0, 1 or 2).
-TAG_LAYOUT = 1002
+#: First entry of a tag in this layout, ``[TAG_LAYOUT, class (4 pieces), number of options, options...]``. The
+#: tags of the previous version (``PREVIOUS_LAYOUT``) had no class; those of earlier versions start with a tie-rule
+#: index (0, 1 or 2).
+TAG_LAYOUT = 1003
+PREVIOUS_LAYOUT = 1002
 
 _PIECE = 1 << 16
 _PIECES = 4  # an int64 as four 16-bit pieces of its two's complement
@@ -87,19 +94,38 @@ def names_option(name: str, values: Sequence[str], universe: Sequence[str]) -> O
     return Option(name, tuple(values), tuple(list(universe).index(v) for v in values), "names", tuple(universe))
 
 
-def encode_tag(options: Sequence[Option]) -> List[int]:
-    tag = [TAG_LAYOUT, len(options)]
+def class_code(name: str) -> int:
+    """The number that stands for a metric class (its name's CRC-32) in the tags it makes."""
+    return zlib.crc32(name.encode())
+
+
+def encode_tag(owner: str, options: Sequence[Option]) -> List[int]:
+    """The tag of a metric of class ``owner`` (its name) with these options."""
+    tag = [TAG_LAYOUT, *_pieces(class_code(owner)), len(options)]
     for option in options:
         tag += [len(option.codes), *option.codes]
     return tag
 
 
-def decode_tag(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Tuple[int, ...]]]:
-    """``{option name: codes}`` of a tag in this layout with the same options as ``options``, else None."""
+def tag_owner(tag: Any) -> Optional[int]:
+    """The class code of a tag in this layout (:func:`class_code`), else None (the previous layouts had none)."""
     if not isinstance(tag, Tensor) or tag.ndim != 1 or tag.dtype != torch.int64:
         return None
     values = tag.tolist()
-    if len(values) < 2 or values[0] != TAG_LAYOUT or values[1] != len(options):
+    return _join(values[1 : 1 + _PIECES]) if len(values) > _PIECES and values[0] == TAG_LAYOUT else None
+
+
+def decode_tag(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Tuple[int, ...]]]:
+    """``{option name: codes}`` of a tag in this layout or the previous one with the same options as ``options``,
+    else None (the class is :func:`tag_owner`'s to check)."""
+    if not isinstance(tag, Tensor) or tag.ndim != 1 or tag.dtype != torch.int64:
+        return None
+    values = tag.tolist()
+    if values[:1] == [TAG_LAYOUT]:
+        values = values[:1] + values[1 + _PIECES :]
+    elif values[:1] != [PREVIOUS_LAYOUT]:
+        return None
+    if len(values) < 2 or values[1] != len(options):
         return None
     out, at = {}, 2
     for option in options:
@@ -141,7 +167,8 @@ class TaggedMetric(Metric):
         if self._defaults:
             raise RuntimeError(f"{type(self).__name__} declares its options before its states")
         self._options = tuple(option for option in options if option is not None)
-        self.add_state("options_tag", torch.tensor(encode_tag(self._options), dtype=torch.int64), dist_reduce_fx="max")
+        tag = torch.tensor(encode_tag(_library_class(self), self._options), dtype=torch.int64)
+        self.add_state("options_tag", tag, dist_reduce_fx="max")
 
     def _option_values(self) -> Dict[str, Any]:
         return {option.name: option.value for option in self._options}
@@ -149,7 +176,7 @@ class TaggedMetric(Metric):
     def _options_changed(self, options: Sequence[Option]) -> None:
         """Replace the declared options (a value adopted from a checkpoint): the tag follows."""
         self._options = tuple(options)
-        tag = torch.tensor(encode_tag(self._options), dtype=torch.int64)
+        tag = torch.tensor(encode_tag(_library_class(self), self._options), dtype=torch.int64)
         self.options_tag = tag.to(self.options_tag.device)
         self._defaults["options_tag"] = tag.to(self._defaults["options_tag"].device)
 
@@ -223,10 +250,16 @@ class TaggedMetric(Metric):
         option values to take from it."""
         ours = self._option_values()
         tag = saved("options_tag")
+        owner = tag_owner(tag)
+        if owner is not None and owner != class_code(_library_class(self)):
+            maker = _class_with_code(owner)
+            if maker is None:
+                return "was made by another metric class (not one of this version's)", {}
+            return f"was made by {maker}: load it into a {maker}", {}
         theirs = _decoded(tag, self._options)
         if theirs is not None:
             differ = [name for name, value in theirs.items() if value != ours[name]]
-        elif isinstance(tag, Tensor) and tag.ndim == 1 and tag.tolist()[:1] == [TAG_LAYOUT]:
+        elif isinstance(tag, Tensor) and tag.ndim == 1 and tag.tolist()[:1] in ([TAG_LAYOUT], [PREVIOUS_LAYOUT]):
             return "was made by another metric class or with other options (an unknown options_tag)" + _FIX, {}
         else:
             refusal = self._legacy_refusal(saved)
@@ -298,6 +331,26 @@ class TaggedMetric(Metric):
             value = getattr(self, name)
             if isinstance(value, Tensor):
                 setattr(self, name, value.to(device=self.device, copy=True))
+
+
+def _library_class(metric: "TaggedMetric") -> str:
+    """The name of the metric's class in this package (a user's subclass of ``MultilabelLWLRAP`` makes and loads
+    ``MultilabelLWLRAP`` checkpoints)."""
+    return next(cls.__name__ for cls in type(metric).__mro__ if cls.__module__.startswith("torch_lwlrap."))
+
+
+def _class_with_code(code: int) -> Optional[str]:
+    """The name of this package's metric class whose tags carry ``code`` (:func:`class_code`), or None."""
+    pending, seen = [TaggedMetric], set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        if cls.__module__.startswith("torch_lwlrap.") and class_code(cls.__name__) == code:
+            return cls.__name__
+        pending.extend(cls.__subclasses__())
+    return None
 
 
 def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Dict[str, Any]:
