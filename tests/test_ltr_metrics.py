@@ -536,7 +536,8 @@ def test_errors_name_the_argument_the_value_and_the_fix():
             MultilabelNDCG(5, ignore_index=beyond)
         with pytest.raises(ValueError, match=r"`ignore_index` must fit an int64.*mark unknown labels with -1"):
             multilabel_ndcg(a, b.abs(), ignore_index=beyond)
-    with pytest.raises(ValueError, match=r"below 1024 with gain=\"exponential\".*\[2000, 2000, 2000\] \(first at index \(1, 2\)\)"):
+    too_high = r"below 1024 with gain=\"exponential\".*\[2000, 2000, 2000\] \(first at index \(1, 2\)\)"
+    with pytest.raises(ValueError, match=too_high):
         multilabel_ndcg(a, torch.tensor([[0, 1, 2, 3, 0]] + [[0, 1, 2000, 3, 0]] * 3, dtype=torch.int16))
     with pytest.raises(ValueError, match=r"`gain` must be one of \('exponential', 'linear'\)"):
         multilabel_ndcg(a, b.abs(), gain="log")
@@ -674,8 +675,9 @@ def test_checkpoints_round_trip_and_refuse_other_options():
         if isinstance(metric, MultilabelNDCG):  # empty_target changes compute only: the same sums load
             make(empty_target="skip").load_state_dict(state)
     for method in ("spearman", "kendall"):  # another metric's checkpoint: refused, naming the class that made it
-        with pytest.raises(RuntimeError, match="MultilabelRankCorrelation checkpoint was made by "
-                                               "MultilabelKendallDistanceAtK: load it into a MultilabelKendallDistanceAtK"):
+        made_by = "MultilabelKendallDistanceAtK"
+        with pytest.raises(RuntimeError, match=f"MultilabelRankCorrelation checkpoint was made by {made_by}: load it "
+                                               f"into a {made_by}"):
             other = MultilabelKendallDistanceAtK(7, k=3)
             other.persistent(True)
             MultilabelRankCorrelation(7, method=method).load_state_dict(other.state_dict())
@@ -730,3 +732,36 @@ def test_grad_carrying_logits_inference_mode_and_bfloat16_autocast():
                   naive_distance(low.detach().float(), low_reference.float(), 4), engine)
             close(multilabel_rank_correlation(low, low_reference, method="kendall"),
                   scipy_mean(low.detach().float(), low_reference.float(), "kendall")[0], engine)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# no host-device sync in update (checked on the meta device, as tests/test_sync.py does for lwlrap and LRAP)
+
+
+@pytest.mark.parametrize("validate_args", [False, True], ids=["unchecked", "checked"])
+@pytest.mark.parametrize("extra", [(), (2,)], ids=["2-d", "extra dimension"])
+def test_update_reads_the_host_only_for_value_checks(validate_args, extra):
+    # Off the CPU the torch path ranks: on a GPU each read of a value on the host waits for the device.
+    from tests.test_sync import META, HostReads
+
+    g = torch.Generator().manual_seed(4)
+    shape = (40, 7) + extra
+    a, b = torch.randint(0, 4, shape, generator=g).float(), torch.randint(0, 4, shape, generator=g).float()
+    grades = torch.randint(0, 3, shape, generator=g)
+    grades[torch.rand(shape, generator=g) < 0.2] = -1
+    weight = torch.rand(shape[:1], generator=g, dtype=torch.float64)
+    a, b, grades, weight = (t.to(META) for t in (a, b, grades, weight))
+    calls = [
+        (MultilabelNDCG(7, 3, ties="expected", ignore_index=-1, validate_args=validate_args),
+         lambda m: m.update(a, grades, sample_weight=weight)),
+        (MultilabelNDCG(7, gain="linear", validate_args=validate_args), lambda m: m.update(a, grades.clamp(min=0))),
+        (MultilabelRankCorrelation(7, validate_args=validate_args), lambda m: m.update(a, b)),
+        (MultilabelRankCorrelation(7, method="kendall", validate_args=validate_args), lambda m: m.update(a, b)),
+        (MultilabelKendallDistanceAtK(7, 3, validate_args=validate_args), lambda m: m.update(a, b)),
+    ]
+    for metric, update in calls:
+        metric = metric.to(META)
+        with HostReads() as mode:
+            update(metric)
+        assert mode.reads == (["aten._local_scalar_dense.default"] if validate_args else []), type(metric).__name__
+        assert all(getattr(metric, name).device == META for name in metric._defaults)

@@ -284,7 +284,7 @@ def _distance_update(
             total += _ltr_torch.distance_rows(_widened(a), _widened(b), k).sum()
     return {
         "kendall_distance_sum": total,
-        "kendall_distance_count": torch.tensor(num_rows, dtype=torch.int64, device=rows_a.device),
+        "kendall_distance_count": torch.full((), num_rows, dtype=torch.int64, device=rows_a.device),  # no host copy
     }
 
 
