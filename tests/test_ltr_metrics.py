@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -765,3 +766,28 @@ def test_update_reads_the_host_only_for_value_checks(validate_args, extra):
             update(metric)
         assert mode.reads == (["aten._local_scalar_dense.default"] if validate_args else []), type(metric).__name__
         assert all(getattr(metric, name).device == META for name in metric._defaults)
+
+
+@pytest.mark.parametrize("call", ["correlation", "distance", "ndcg"])
+def test_an_engine_forced_to_a_backend_that_cannot_take_the_scores_warns_as_lwlrap_does(monkeypatch, call):
+    # triton forced on CPU tensors: the torch path ranks them (the values stay exact) and the warning says so, once.
+    from torch_lwlrap import EngineFallbackWarning, _dispatch
+
+    monkeypatch.setattr(_dispatch, "_warned", set())
+    a, b = tied_rows(5, n=12, c=6)
+    run = {
+        "correlation": lambda: multilabel_rank_correlation(a, b, method="kendall"),
+        "distance": lambda: multilabel_kendall_distance_at_k(a, b, 2),
+        "ndcg": lambda: multilabel_ndcg(a, b.abs().nan_to_num(posinf=3.0) % 4),
+    }[call]
+    want = run()
+    with use_engine("triton"):
+        with pytest.warns(EngineFallbackWarning, match=r"the triton engine cannot rank cpu tensors.*torch sort path"):
+            got = run()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per cause
+            run()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+    with use_engine("sort"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torch engine is what it asks for: nothing to say
+        run()

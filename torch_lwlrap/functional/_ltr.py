@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap import _dispatch, _ltr_numba, _ltr_torch
-from torch_lwlrap._engine_config import forced_chunk_elements
+from torch_lwlrap._engine_config import forced_chunk_elements, get_engine
 from torch_lwlrap._checks import (
     check_empty_target,
     check_gain,
@@ -46,6 +46,14 @@ def _compiled_pair(first, second) -> bool:
         isinstance(first, Tensor) and isinstance(second, Tensor) and first.is_floating_point()
         and second.is_floating_point() and _compiled(first) and _compiled(second)
     )
+
+
+def _warn_if_forced_unserved(scores: Tensor) -> None:
+    """Under an engine forced to a compiled backend (``"numba"`` or ``"triton"``) that cannot take these scores, the
+    warning lwlrap gives, once per cause: the torch path ranks them instead."""
+    engine = get_engine()
+    if engine != "auto":
+        _dispatch.warn_if_unserved(engine, scores.device, scores.dtype)
 
 
 def _pair_chunks(rows_a: Tensor, rows_b: Tensor, compiled: bool) -> Iterator[Tuple[int, int]]:
@@ -90,6 +98,7 @@ def _ndcg_update(
     preds, relevance, sample_weight = check_graded(
         preds, relevance, num_labels, ignore_index, gain, validate_args, sample_weight
     )
+    _warn_if_forced_unserved(preds)
     weights = flat_weights(sample_weight, preds)
     scores, grades = flat_rows(preds), flat_rows(relevance)
     num_rows, num_classes = scores.shape
@@ -197,6 +206,7 @@ def _correlation_update(
     names = ("preds", "reference")
     compiled = _compiled_pair(preds, reference)
     preds, reference = check_pair(preds, reference, num_labels, validate_args, names, nan_later=compiled)
+    _warn_if_forced_unserved(preds)
     rows_a, rows_b = flat_rows(preds), flat_rows(reference)
     num_rows, num_classes = rows_a.shape
     device = rows_a.device
@@ -270,6 +280,7 @@ def _distance_update(
     """``{"kendall_distance_sum" float64, "kendall_distance_count" int64}`` over the batch's samples."""
     compiled = _compiled_pair(preds_a, preds_b)
     preds_a, preds_b = check_pair(preds_a, preds_b, num_labels, validate_args, nan_later=compiled)
+    _warn_if_forced_unserved(preds_a)
     rows_a, rows_b = flat_rows(preds_a), flat_rows(preds_b)
     num_rows, num_classes = rows_a.shape
     total = torch.zeros((), dtype=torch.float64, device=rows_a.device)
