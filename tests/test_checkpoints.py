@@ -674,3 +674,65 @@ def test_k_must_fit_an_int64():
         MultilabelRetrievalAtK(C, k=2**63)
     with pytest.raises(ValueError, match=r"Argument `k` must be below 2\*\*63"):
         multilabel_retrieval_at_k(torch.rand(2, C), torch.ones(2, C), k=(1, 2**64))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# merge_state: torchmetrics' merge of another metric's states, refused across options and classes
+
+
+MERGES = [
+    (MultilabelLWLRAP, dict(num_labels=C), ("ties", "expected"), _batches),
+    (MultilabelLRAP, dict(num_labels=C), ("ties", "index"), _batches),
+    (MultilabelRetrievalAtK, dict(num_labels=C, k=2), ("k", 3), _batches),
+    (MultilabelNDCG, dict(num_labels=C, k=3), ("gain", "linear"), _score_pairs),
+    (MultilabelRankCorrelation, dict(num_labels=C), ("method", "kendall"), _score_pairs),
+    (MultilabelKendallDistanceAtK, dict(num_labels=C, k=2), ("k", 3), _score_pairs),
+]
+
+
+@pytest.mark.parametrize("cls, options, change, data", MERGES, ids=[c.__name__ for c, *_ in MERGES])
+def test_merge_state_adds_equal_metrics_and_refuses_other_options_or_classes(cls, options, change, data):
+    from torchmetrics import Metric
+
+    if not hasattr(Metric, "merge_state"):
+        pytest.skip("this torchmetrics has no merge_state")
+    batches = data(C, 4, 3)
+    whole = _fed(cls(**options), batches)
+    for incoming in (lambda m: m, lambda m: dict(m.metric_state)):  # a metric, or a dict of its states
+        merged = _fed(cls(**options), batches[:2])
+        merged.merge_state(incoming(_fed(cls(**options), batches[2:])))
+        for name, value in _states(whole).items():  # sums of the two halves: the same up to the order of addition
+            torch.testing.assert_close(getattr(merged, name), value, rtol=1e-13, atol=1e-13, msg=name)
+    name, value = change
+    for other, match in (
+        (cls(**{**options, name: value}), rf"cannot merge these states: their metric was made with {name}=.*; this "
+                                           rf"metric has {name}="),
+        (MultilabelTieReport(C) if cls is not MultilabelTieReport else MultilabelLWLRAP(C),
+         r"cannot merge these states: their metric was made by Multilabel\w+: merge it into a Multilabel\w+"),
+    ):
+        target = _fed(cls(**options), batches[:2])
+        before = _states(target)
+        with pytest.raises(ValueError, match=match):
+            target.merge_state(other)
+        with pytest.raises(ValueError, match=match):
+            target.merge_state(dict(other.metric_state))
+        assert all(torch.equal(getattr(target, key), state) for key, state in before.items())
+
+
+@pytest.mark.parametrize("cls", [MultilabelLWLRAP, MultilabelLRAP])
+def test_merge_state_refuses_bootstrap_replicates(cls):
+    # Two metrics of one process draw a sample's weights from the seed and its position in their own stream: the
+    # merged replicates would weigh the two metrics' samples alike. Another seed is refused as another option.
+    from torchmetrics import Metric
+
+    if not hasattr(Metric, "merge_state"):
+        pytest.skip("this torchmetrics has no merge_state")
+    batches = _batches(C, 2)
+    first = _fed(cls(C, num_bootstrap=4, bootstrap_seed=1), batches[:1])
+    before = _states(first)
+    with pytest.raises(ValueError, match=r"num_bootstrap=4 cannot merge another metric's states: .* not be\s+"
+                                         r"independent\. Feed every batch to one metric"):
+        first.merge_state(_fed(cls(C, num_bootstrap=4, bootstrap_seed=1), batches[1:]))
+    with pytest.raises(ValueError, match=r"was made with bootstrap_seed=2; this metric has bootstrap_seed=1\.$"):
+        first.merge_state(cls(C, num_bootstrap=4, bootstrap_seed=2))
+    assert all(torch.equal(getattr(first, key), state) for key, state in before.items())

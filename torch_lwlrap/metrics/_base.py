@@ -286,6 +286,32 @@ class TaggedMetric(Metric):
                 return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{_FIX}", {}
         return None, adopted
 
+    def merge_state(self, incoming_state: Any) -> None:
+        """torchmetrics' ``merge_state`` (another metric's states, or a dict of them, added into this one's), refusing
+        states made by another class or with other options (or another drawn bootstrap seed): their sums mean
+        something else, and adding them would give a value that is no metric's."""
+        if isinstance(incoming_state, TaggedMetric):
+            states = incoming_state.metric_state
+        else:
+            states = incoming_state if isinstance(incoming_state, dict) else {}
+        tag = states.get("options_tag")
+        if isinstance(tag, Tensor) and tag.tolist() != self.options_tag.tolist():
+            refusal, adopted = self._checkpoint_check(states.get)
+            if refusal is None:  # a value this metric would adopt from a checkpoint: still not the same stream
+                values = self._option_values()
+                refusal = (f"was made with {_describe(adopted)}; this metric has "
+                           f"{_describe({name: values[name] for name in adopted})}")
+            refusal = refusal.replace("load it into", "merge it into").removesuffix(_FIX)
+            raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
+        if getattr(self, "num_bootstrap", 0):
+            raise ValueError(
+                f"{type(self).__name__} with num_bootstrap={self.num_bootstrap} cannot merge another metric's states: "
+                f"a replicate's weights are drawn from the seed and each sample's position in its metric's stream, so "
+                f"two metrics of one process weigh their samples alike and the merged replicates would not be "
+                f"independent. Feed every batch to one metric (across processes, DDP keeps the ranks' weights apart)."
+            )
+        super().merge_state(incoming_state)
+
     def _load_from_state_dict(
         self,
         state_dict: dict,
