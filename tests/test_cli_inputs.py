@@ -123,7 +123,7 @@ def test_compare_takes_where_classes_and_ties_expected(two_systems, ties):
     assert result["selection"] == {"where": {"usage": "Public"}, "truth_rows": 60, "selected_rows": int(public.sum()),
                                    "ignored_prediction_rows": {"a": int((~public).sum()), "b": int((~public).sum())}}
     assert result["options"] == {"ties": ties, "where": {"usage": "Public"}, "classes": str(folder / "vocabulary.csv"),
-                                 "unknown": None, "bootstrap": 200, "level": 0.95, "seed": 3}
+                                 "unknown": None, "bootstrap": 200, "level": 0.95, "seed": 3, "agreement": None}
 
 
 def test_compare_checks_the_options_as_score_does(two_systems):
