@@ -101,6 +101,13 @@ def test_two_ranks_compute_the_value_over_all_shards(tmp_path):
             assert results[key].item() == pytest.approx(value, rel=1e-12, abs=1e-12), (rank, key)
 
 
+def _features_and_teacher(rows, num_labels, seeds):
+    """Eight features per clip and a frozen linear teacher over them (seeds: the features', the teacher's)."""
+    features = torch.randn(rows, 8, generator=torch.Generator().manual_seed(seeds[0]))
+    torch.manual_seed(seeds[1])
+    return features, torch.nn.Linear(8, num_labels).requires_grad_(False)
+
+
 # Lightning's own advice (workers, logging intervals) and its deprecation notices; the library's warnings still fail.
 @pytest.mark.filterwarnings("ignore::UserWarning:lightning")
 @pytest.mark.filterwarnings("ignore::FutureWarning:lightning")
@@ -110,10 +117,7 @@ def test_lightning_validation_step_logs_the_kendall_distance_between_student_and
     from torch import nn
 
     num_labels = 30
-    g = torch.Generator().manual_seed(31)
-    features = torch.randn(90, 8, generator=g)
-    torch.manual_seed(3)
-    teacher = nn.Linear(8, num_labels).requires_grad_(False)
+    features, teacher = _features_and_teacher(90, num_labels, seeds=(31, 3))
     seen = []
 
     class Student(L.LightningModule):
@@ -169,10 +173,7 @@ def test_lightning_training_step_logs_the_agreement_of_a_distilled_student_on_gr
     from torch import nn
 
     num_labels = 40
-    g = torch.Generator().manual_seed(41)
-    features = torch.randn(96, 8, generator=g)
-    torch.manual_seed(4)
-    teacher = nn.Linear(8, num_labels).requires_grad_(False)
+    features, teacher = _features_and_teacher(96, num_labels, seeds=(41, 4))
     seen, logged = [], []
 
     class Student(L.LightningModule):

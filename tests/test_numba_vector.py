@@ -173,21 +173,30 @@ def test_a_sorting_network_with_nan_gives_entries_of_its_input_without_error():
     assert all(v in values or np.isnan(v) for v in out)
 
 
-@pytest.mark.parametrize("triple", ["aarch64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu",
-                                    "x86_64-unknown-linux-gnu"])
-def test_the_sorting_network_compiles_for_other_processors(triple):
-    # The network is target-independent LLVM IR: a processor without these vector widths splits them. Compiled here
-    # for processors this machine is not, through llvmlite's own LLVM.
-    llvm = pytest.importorskip("llvmlite.binding")
-    from llvmlite import ir
+#: Processors the IR of the primitives is compiled for (through llvmlite's own LLVM), whatever this machine is.
+TRIPLES = ["aarch64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu", "x86_64-unknown-linux-gnu"]
 
+
+def _target_machine(triple):
+    """llvmlite's binding module and a target machine for ``triple`` (the test is skipped where llvmlite was built
+    without that target)."""
+    llvm = pytest.importorskip("llvmlite.binding")
     try:
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
         target = llvm.Target.from_triple(triple)
     except (RuntimeError, AttributeError) as error:  # an llvmlite built without that target
         pytest.skip(f"llvmlite cannot target {triple}: {error}")
-    machine = target.create_target_machine(opt=3)
+    return llvm, target.create_target_machine(opt=3)
+
+
+@pytest.mark.parametrize("triple", TRIPLES)
+def test_the_sorting_network_compiles_for_other_processors(triple):
+    # The network is target-independent LLVM IR: a processor without these vector widths splits them. Compiled here
+    # for processors this machine is not, through llvmlite's own LLVM.
+    from llvmlite import ir
+
+    llvm, machine = _target_machine(triple)
     for element in (ir.FloatType(), ir.DoubleType()):
         for width in (16, 128):
             module = ir.Module()
@@ -234,20 +243,12 @@ def test_prefetching_a_row_emits_the_processor_s_prefetch_instruction():
     assert "prefetcht0" in assembly
 
 
-@pytest.mark.parametrize("triple", ["aarch64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu",
-                                    "x86_64-unknown-linux-gnu"])
+@pytest.mark.parametrize("triple", TRIPLES)
 def test_the_prefetch_compiles_for_other_processors(triple):
     # LLVM's prefetch intrinsic is target-independent: each processor lowers it to its own instruction or drops it.
-    llvm = pytest.importorskip("llvmlite.binding")
     from llvmlite import ir
 
-    try:
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        target = llvm.Target.from_triple(triple)
-    except (RuntimeError, AttributeError) as error:  # an llvmlite built without that target
-        pytest.skip(f"llvmlite cannot target {triple}: {error}")
-    machine = target.create_target_machine(opt=3)
+    llvm, machine = _target_machine(triple)
     module = ir.Module()
     module.triple = triple
     bytes_ = ir.IntType(8).as_pointer()
