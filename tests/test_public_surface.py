@@ -222,3 +222,56 @@ def test_the_packages_export_what_the_top_level_loads_from_them():
         assert set(package.__all__) == set(torch_lwlrap._HOMES[package.__name__]), package.__name__
         for name in package.__all__:
             assert getattr(torch_lwlrap, name) is getattr(package, name)
+
+
+def test_integer_arguments_may_be_numpy_integers():
+    # k, num_labels, ignore_index, num_bootstrap and seeds often come from a config or an array as numpy integers:
+    # taken as the Python ints they equal (the same values, options and checkpoint tags); bools stay refused.
+    import numpy as np
+
+    from tests.reference import make_case
+    from torch_lwlrap import (
+        MultilabelKendallDistanceAtK,
+        MultilabelLWLRAP,
+        MultilabelNDCG,
+        MultilabelRetrievalAtK,
+        multilabel_kendall_distance_at_k,
+        multilabel_lwlrap,
+        multilabel_lwlrap_ci,
+        multilabel_ndcg,
+        multilabel_retrieval_at_k,
+    )
+
+    preds, target = make_case(3, 30, 6, ignore_index=-1)
+    other = make_case(4, 30, 6)[0]
+    n = np.int64
+    calls = [
+        lambda i: multilabel_lwlrap(preds, target, ignore_index=i(-1)),
+        lambda i: multilabel_retrieval_at_k(preds, target, i(2), ignore_index=i(-1)),
+        lambda i: multilabel_retrieval_at_k(preds, target, (i(1), i(3)), ignore_index=np.int32(-1)),
+        lambda i: multilabel_kendall_distance_at_k(preds, other, i(3)),
+        lambda i: multilabel_ndcg(preds, target.clamp(min=0), k=i(2)),
+        lambda i: tuple(multilabel_lwlrap_ci(preds, target, ignore_index=i(-1), num_bootstrap=i(40), seed=i(5))),
+    ]
+    for call in calls:
+        want, got = call(int), call(n)
+        if isinstance(want, dict):
+            assert want.keys() == got.keys() and all(torch.equal(want[key], got[key]) for key in want)
+        elif isinstance(want, tuple):
+            assert all(torch.equal(a, b) for a, b in zip(want, got))
+        else:
+            assert torch.equal(want, got)
+    for make in (
+        lambda i: MultilabelLWLRAP(i(6), ignore_index=i(-1), num_bootstrap=i(4), bootstrap_seed=i(2)),
+        lambda i: MultilabelRetrievalAtK(i(6), i(2), ignore_index=i(-1)),
+        lambda i: MultilabelKendallDistanceAtK(i(6), i(3)),
+        lambda i: MultilabelNDCG(np.uint8(6), k=i(2), ignore_index=i(-1)),
+    ):
+        plain, numpy_made = make(int), make(n)
+        assert torch.equal(plain.options_tag, numpy_made.options_tag)
+        assert all(type(value) in (int, str, tuple, type(None)) for value in numpy_made._option_values().values())
+    with pytest.raises(ValueError, match=r"`k` must be a positive integer, but got True"):
+        multilabel_kendall_distance_at_k(preds, other, True)
+    with pytest.raises(ValueError, match=r"`num_labels` must be a positive integer, but got np.float64\(6.0\)|"
+                                         r"`num_labels` must be a positive integer, but got 6.0"):
+        MultilabelLWLRAP(np.float64(6))

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from torch_lwlrap import _dispatch, _engine_config
 from torch_lwlrap._kernel_contract import KERNEL_TIES, SCORE_DTYPES, check_kernel_args  # noqa: F401 - re-exported
-from torch_lwlrap._options import CORRELATIONS, EMPTY_TARGET, GAINS
+from torch_lwlrap._options import CORRELATIONS, EMPTY_TARGET, GAINS, whole_number
 from torch_lwlrap._tie_rules import TIES
 
 AVERAGES = ("weighted", "macro", "none")
@@ -57,16 +57,19 @@ def check_average(average: Optional[str]) -> str:
 
 
 def check_num_labels(num_labels: int) -> int:
-    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+    value = whole_number(num_labels)
+    if value is None or value < 1:
         raise ValueError(f"Argument `num_labels` must be a positive integer, but got {num_labels!r}.")
-    return num_labels
+    return value
 
 
 def check_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
     if ignore_index is None:
         return None
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+    value = whole_number(ignore_index)
+    if value is None:
         raise ValueError(f"Argument `ignore_index` must be an integer or None, but got {ignore_index!r}.")
+    ignore_index = value
     if ignore_index in (0, 1):
         raise ValueError(
             f"Argument `ignore_index` must differ from the label values 0 and 1, but got {ignore_index!r}."
@@ -451,24 +454,26 @@ def check_k(k, *, allow_none: bool = False) -> Optional[int]:
     """``k`` as given: a positive integer below ``2**63`` (or None where allowed)."""
     if k is None and allow_none:
         return None
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    value = whole_number(k)
+    if value is None or value < 1:
         fix = "a positive integer (or None for every label)" if allow_none else "a positive integer"
         raise ValueError(f"Argument `k` must be {fix}, but got {k!r}.")
-    if k >= 2**63:
+    if value >= 2**63:
         raise ValueError(f"Argument `k` must be below 2**63 (an int64), but got {k!r}.")
-    return k
+    return value
 
 
 def check_graded_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
     """A negative integer or None: every non-negative value is a relevance grade."""
     if ignore_index is None:
         return None
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int) or ignore_index >= 0:
+    value = whole_number(ignore_index)
+    if value is None or value >= 0:
         raise ValueError(
             f"Argument `ignore_index` must be a negative integer or None for graded relevance (every non-negative "
             f"value is a relevance grade), but got {ignore_index!r}: mark unknown labels with -1, say."
         )
-    return _check_int64_ignore_index(ignore_index)
+    return _check_int64_ignore_index(value)
 
 
 def _check_scores(name: str, value, what: str) -> None:

@@ -1,5 +1,8 @@
 """Option values every layer shares, kept free of torch so the command line can parse arguments without it."""
 
+import numbers
+from typing import Optional
+
 #: The tie rules of every ranking function and metric; :mod:`torch_lwlrap._tie_rules` defines them.
 TIES = ("max", "index", "expected")
 
@@ -15,3 +18,11 @@ GAINS = ("exponential", "linear")
 
 #: The rank correlations per sample.
 CORRELATIONS = ("spearman", "kendall")
+
+
+def whole_number(value) -> Optional[int]:
+    """``value`` as a Python int where it is an integer argument: an ``int`` or a numpy integer (``np.int64(10)``
+    from a config or an array), not a bool; else None, for the caller's error."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from torch_lwlrap import _dispatch, _numba_counts
 from torch_lwlrap._checks import formatted_chunks
-from torch_lwlrap._options import EMPTY_TARGET, TIES  # noqa: F401 - EMPTY_TARGET re-exported
+from torch_lwlrap._options import EMPTY_TARGET, TIES, whole_number  # noqa: F401 - EMPTY_TARGET re-exported
 from torch_lwlrap._ranking import (
     LabelCounts,
     _true_indices,
@@ -412,12 +412,12 @@ def _ratio(value: Tensor, weight: Tensor) -> Tensor:
 
 def check_ks(k) -> Tuple[int, ...]:
     """``k`` (an int or a sequence of ints >= 1) as a tuple."""
-    ks = (k,) if isinstance(k, int) and not isinstance(k, bool) else k
+    ks = (k,) if whole_number(k) is not None else k
     try:
-        ks = tuple(ks)
+        ks = tuple(whole_number(v) for v in ks)
     except TypeError:
         ks = None
-    if not ks or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in ks):
+    if not ks or any(v is None or v < 1 for v in ks):
         raise ValueError(f"Argument `k` must be a positive integer or a non-empty sequence of them, but got {k!r}.")
     if any(v >= 2**63 for v in ks):
         raise ValueError(f"Argument `k` must be below 2**63 (an int64), but got {k!r}.")

@@ -236,7 +236,7 @@ def multilabel_lwlrap_ci(
     """
     average = check_average(average)
     check_ties(ties)
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
     device = preds.device if isinstance(preds, Tensor) else None
     key = _bootstrap.stream_key(seed, 0, device=device)
@@ -276,7 +276,7 @@ def multilabel_lrap_ci(
         True
     """
     check_ties(ties)
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
     device = preds.device if isinstance(preds, Tensor) else None
     key = _bootstrap.stream_key(seed, 0, device=device)
@@ -331,7 +331,7 @@ def compare_lwlrap(
         (True, True, True)
     """
     check_ties(ties)
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
     if isinstance(preds_a, Tensor) and isinstance(preds_b, Tensor) and preds_a.shape != preds_b.shape:
         raise ValueError(

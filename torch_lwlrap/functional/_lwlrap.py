@@ -192,7 +192,7 @@ def multilabel_lwlrap(
     """
     average = check_average(average)
     check_ties(ties)
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     precision_sum, label_count = _lwlrap_update(preds, target, num_labels, ties, ignore_index, validate_args)
     return _lwlrap_compute(precision_sum, label_count, average)
 
@@ -229,7 +229,7 @@ def multilabel_lwlrap_per_class(
         tensor(0.7917, dtype=torch.float64)
     """
     check_ties(ties)
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     precision_sum, label_count = _lwlrap_update(preds, target, num_labels, ties, ignore_index, validate_args)
     return _lwlrap_per_class(precision_sum, label_count)
 
@@ -318,6 +318,6 @@ def multilabel_lrap(
         tensor(0.6667, dtype=torch.float64)
     """
     check_ties(ties)
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     lrap_sum, weight_sum = _lrap_update(preds, target, num_labels, sample_weight, ties, ignore_index, validate_args)
     return _lrap_compute(lrap_sum, weight_sum)

@@ -97,7 +97,7 @@ def _scalar_metric(
     validate_args: bool,
 ) -> Tensor:
     spec = RankingSpec((name,), check_rank_ties(ties))
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     state = _ranking_update(preds, target, num_labels, sample_weight, spec, ignore_index, validate_args)
     return finish(spec, state)[name]
 
@@ -272,6 +272,6 @@ def multilabel_retrieval_at_k(
     """
     spec = RankingSpec(("retrieval",), check_rank_ties(ties), check_ks(k), check_retrieval_metrics(metrics))
     check_empty_target(empty_target)
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     state = _ranking_update(preds, target, num_labels, sample_weight, spec, ignore_index, validate_args)
     return finish(spec, state, empty_target)

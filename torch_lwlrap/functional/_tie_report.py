@@ -107,5 +107,5 @@ def tie_report(
         >>> round(report.lwlrap_best, 4)
         0.8333
     """
-    check_ignore_index(ignore_index)
+    ignore_index = check_ignore_index(ignore_index)
     return TieReport.from_sums(tie_sums_update(preds, target, num_labels, ignore_index, validate_args))

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from torch_lwlrap import _bootstrap_kernel, _dispatch
 from torch_lwlrap._engine_config import chunk_elements
+from torch_lwlrap._options import whole_number
 from torch_lwlrap._poisson import POISSON_THRESHOLDS
 
 _M32 = 0xFFFFFFFF
@@ -57,21 +58,23 @@ def _mix_(x: Tensor) -> Tensor:
 
 
 def check_num_bootstrap(num_bootstrap: int, name: str = "num_bootstrap") -> int:
-    if isinstance(num_bootstrap, bool) or not isinstance(num_bootstrap, int) or num_bootstrap < 0:
+    value = whole_number(num_bootstrap)
+    if value is None or value < 0:
         raise ValueError(
             f"Argument `{name}` must be a non-negative integer (0 turns the bootstrap off), but got "
             f"{num_bootstrap!r}."
         )
-    return num_bootstrap
+    return value
 
 
 def check_seed(seed: Optional[int], name: str = "bootstrap_seed") -> int:
     """The seed as an int in ``[0, 2**63)``; None draws one from torch's default generator (seed it to repeat)."""
     if seed is None:
         return int(torch.randint(0, 2**62, (), dtype=torch.int64))
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+    value = whole_number(seed)
+    if value is None or not 0 <= value < 2**63:
         raise ValueError(f"Argument `{name}` must be an integer in [0, 2**63) or None, but got {seed!r}.")
-    return seed
+    return value
 
 
 def check_level(level: float) -> float:
