@@ -86,13 +86,6 @@ def _check_int64_ignore_index(ignore_index: int) -> int:
     return ignore_index
 
 
-def check_options(ties: str, ignore_index: Optional[int], average: Optional[str] = "weighted") -> None:
-    """Check the keyword options shared by functions and metrics."""
-    check_ties(ties)
-    check_ignore_index(ignore_index)
-    check_average(average)
-
-
 def values_only(value):
     """A tensor argument's values without its autograd history (``value.detach()``, no copy); anything else as is.
 
