@@ -736,3 +736,26 @@ def test_merge_state_refuses_bootstrap_replicates(cls):
     with pytest.raises(ValueError, match=r"was made with bootstrap_seed=2; this metric has bootstrap_seed=1\.$"):
         first.merge_state(cls(C, num_bootstrap=4, bootstrap_seed=2))
     assert all(torch.equal(getattr(first, key), state) for key, state in before.items())
+
+
+def test_merge_state_refuses_an_earlier_version_s_tag_and_merges_shape_only_metrics():
+    from torchmetrics import Metric
+
+    if not hasattr(Metric, "merge_state"):
+        pytest.skip("this torchmetrics has no merge_state")
+    metric = _fed(MultilabelLWLRAP(C), _batches(C, 1))
+    states = {name: value.clone() for name, value in metric.metric_state.items()}
+    tag = metric.options_tag.tolist()
+    for earlier in ([PREVIOUS_LAYOUT] + tag[5:], [0, 0, 0, C]):  # the previous layout, the one before
+        states["options_tag"] = torch.tensor(earlier, dtype=torch.int64)
+        with pytest.raises(ValueError, match=r"cannot merge these states: their metric has an earlier version's "
+                                             r"options tag: load its states into a metric of this version"):
+            metric.merge_state(dict(states))
+        resumed = _persistent(MultilabelLWLRAP(C))
+        resumed.load_state_dict(dict(states))  # the way the message gives
+        merged = _fed(MultilabelLWLRAP(C), _batches(C, 1))
+        merged.merge_state(resumed)
+        assert torch.equal(merged.label_count, 2 * metric.label_count)
+    shapes = MultilabelLWLRAP(C).to("meta")  # shape-only tests: the tags have no values to compare
+    shapes.merge_state(MultilabelLWLRAP(C).to("meta"))
+    assert shapes.label_count.device.type == "meta"

@@ -791,3 +791,18 @@ def test_an_engine_forced_to_a_backend_that_cannot_take_the_scores_warns_as_lwlr
     with use_engine("sort"), warnings.catch_warnings():
         warnings.simplefilter("error")  # a torch engine is what it asks for: nothing to say
         run()
+
+
+@pytest.mark.parametrize("name", ["uint16", "uint32", "uint64"])
+def test_unsigned_grades_torch_cannot_compare_are_refused_with_the_fix(name):
+    if not hasattr(torch, name):
+        pytest.skip(f"this torch has no {name}")
+    preds, relevance, _ = graded(3, n=4, c=5)
+    relevance = (relevance / 0.75).round()  # whole grades
+    with pytest.raises(TypeError, match=rf"`relevance` has dtype torch.{name}.*convert the grades with `.long\(\)`"):
+        multilabel_ndcg(preds, relevance.to(getattr(torch, name)))
+    metric = MultilabelNDCG(5)
+    with pytest.raises(TypeError, match=r"`.long\(\)`"):
+        metric.update(preds, relevance.to(getattr(torch, name)))
+    metric.update(preds, relevance.long())
+    close(metric.compute(), multilabel_ndcg(preds, relevance).item())

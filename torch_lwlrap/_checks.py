@@ -442,6 +442,10 @@ _BYTES_PER_SCORE = 64
 #: Relevance grades of ``gain="exponential"`` must stay below this: ``2**1024`` is not a float64.
 MAX_EXPONENTIAL_RELEVANCE = 1024
 
+#: Integer dtypes torch has no comparisons or reductions for (``>=``, ``amax``), whatever the grades.
+_UNSIGNED_WITHOUT_COMPARISONS = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64")
+                                      if hasattr(torch, name))
+
 
 def check_k(k, *, allow_none: bool = False) -> Optional[int]:
     """``k`` as given: a positive integer below ``2**63`` (or None where allowed)."""
@@ -550,6 +554,11 @@ def check_graded(
         raise TypeError(f"Argument `relevance` must be a torch.Tensor, but got {type(relevance).__name__}.")
     if relevance.is_complex():
         raise TypeError(f"Argument `relevance` must be a real-valued tensor, but got dtype {relevance.dtype}.")
+    if relevance.dtype in _UNSIGNED_WITHOUT_COMPARISONS:
+        raise TypeError(
+            f"Argument `relevance` has dtype {relevance.dtype}, which torch cannot compare or reduce yet: convert "
+            f"the grades with `.long()` (uint8, the signed integer dtypes, bool and floats are taken as they are)."
+        )
     _check_same(("preds", "relevance"), preds, relevance, num_labels)
     if sample_weight is not None:
         _check_sample_weight_args(sample_weight, preds)

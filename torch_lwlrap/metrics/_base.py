@@ -286,31 +286,39 @@ class TaggedMetric(Metric):
                 return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{_FIX}", {}
         return None, adopted
 
-    def merge_state(self, incoming_state: Any) -> None:
-        """torchmetrics' ``merge_state`` (another metric's states, or a dict of them, added into this one's), refusing
-        states made by another class or with other options (or another drawn bootstrap seed): their sums mean
-        something else, and adding them would give a value that is no metric's."""
-        if isinstance(incoming_state, TaggedMetric):
-            states = incoming_state.metric_state
-        else:
-            states = incoming_state if isinstance(incoming_state, dict) else {}
-        tag = states.get("options_tag")
-        if isinstance(tag, Tensor) and tag.tolist() != self.options_tag.tolist():
-            refusal, adopted = self._checkpoint_check(states.get)
-            if refusal is None:  # a value this metric would adopt from a checkpoint: still not the same stream
-                values = self._option_values()
-                refusal = (f"was made with {_describe(adopted)}; this metric has "
-                           f"{_describe({name: values[name] for name in adopted})}")
-            refusal = refusal.replace("load it into", "merge it into").removesuffix(_FIX)
-            raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
-        if getattr(self, "num_bootstrap", 0):
-            raise ValueError(
-                f"{type(self).__name__} with num_bootstrap={self.num_bootstrap} cannot merge another metric's states: "
-                f"a replicate's weights are drawn from the seed and each sample's position in its metric's stream, so "
-                f"two metrics of one process weigh their samples alike and the merged replicates would not be "
-                f"independent. Feed every batch to one metric (across processes, DDP keeps the ranks' weights apart)."
-            )
-        super().merge_state(incoming_state)
+    if hasattr(Metric, "merge_state"):  # a torchmetrics of late 2024 on; with an older one metrics have none
+
+        def merge_state(self, incoming_state: Any) -> None:
+            """torchmetrics' ``merge_state`` (another metric's states, or a dict of them, added into this one's),
+            refusing states made by another class or with other options (or another drawn bootstrap seed), or
+            tagged in an earlier version's layout: their sums mean something else, and adding them would give a
+            value that is no metric's."""
+            if isinstance(incoming_state, TaggedMetric):
+                states = incoming_state.metric_state
+            else:
+                states = incoming_state if isinstance(incoming_state, dict) else {}
+            tag = states.get("options_tag")
+            shape_only = isinstance(tag, Tensor) and "meta" in (tag.device.type, self.options_tag.device.type)
+            if isinstance(tag, Tensor) and not shape_only and tag.tolist() != self.options_tag.tolist():
+                refusal, adopted = self._checkpoint_check(states.get)
+                if refusal is None and adopted:  # a value a checkpoint would give this metric: not the same stream
+                    values = self._option_values()
+                    refusal = (f"was made with {_describe(adopted)}; this metric has "
+                               f"{_describe({name: values[name] for name in adopted})}")
+                elif refusal is None:  # the same options, in an earlier version's tag
+                    refusal = ("has an earlier version's options tag: load its states into a metric of this version "
+                               "(load_state_dict), then merge that metric")
+                refusal = refusal.replace("load it into", "merge it into").removesuffix(_FIX)
+                raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
+            if getattr(self, "num_bootstrap", 0):
+                raise ValueError(
+                    f"{type(self).__name__} with num_bootstrap={self.num_bootstrap} cannot merge another metric's "
+                    f"states: a replicate's weights are drawn from the seed and each sample's position in its "
+                    f"metric's stream, so two metrics of one process weigh their samples alike and the merged "
+                    f"replicates would not be independent. Feed every batch to one metric (across processes, DDP "
+                    f"keeps the ranks' weights apart)."
+                )
+            super().merge_state(incoming_state)
 
     def _load_from_state_dict(
         self,
