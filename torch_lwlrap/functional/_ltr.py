@@ -22,14 +22,14 @@ from torch_lwlrap._checks import (
     check_gain,
     check_graded,
     check_graded_ignore_index,
-    graded_known,
     check_k,
     check_method,
     check_pair,
     check_ties,
-    pair_nan_error,
     flat_rows,
     flat_weights,
+    graded_known,
+    pair_nan_error,
     row_chunks,
 )
 

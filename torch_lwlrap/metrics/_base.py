@@ -245,9 +245,12 @@ class TaggedMetric(Metric):
     def _adopt(self, values: Dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _checkpoint_check(self, saved: Callable[[str], Any]) -> Tuple[Optional[str], Dict[str, Any]]:
+    def _checkpoint_check(
+        self, saved: Callable[[str], Any], action: str = "load", fix: str = _FIX
+    ) -> Tuple[Optional[str], Dict[str, Any]]:
         """``(refusal, adopted)``: why the checkpoint's states cannot be loaded here (None if they can), and the
-        option values to take from it."""
+        option values to take from it. ``action`` and ``fix`` word the refusal (:meth:`merge_state` merges, and
+        names no fix for other options)."""
         ours = self._option_values()
         tag = saved("options_tag")
         owner = tag_owner(tag)
@@ -255,12 +258,12 @@ class TaggedMetric(Metric):
             maker = _class_with_code(owner)
             if maker is None:
                 return "was made by another metric class (not one of this version's)", {}
-            return f"was made by {maker}: load it into a {maker}", {}
+            return f"was made by {maker}: {action} it into a {maker}", {}
         theirs = _decoded(tag, self._options)
         if theirs is not None:
             differ = [name for name, value in theirs.items() if value != ours[name]]
         elif isinstance(tag, Tensor) and tag.ndim == 1 and tag.tolist()[:1] in ([TAG_LAYOUT], [PREVIOUS_LAYOUT]):
-            return "was made by another metric class or with other options (an unknown options_tag)" + _FIX, {}
+            return "was made by another metric class or with other options (an unknown options_tag)" + fix, {}
         else:
             refusal = self._legacy_refusal(saved)
             if refusal is not None:
@@ -272,7 +275,7 @@ class TaggedMetric(Metric):
         if differ:
             return (
                 f"was made with {_describe({n: theirs[n] for n in differ})}; this metric has "
-                f"{_describe({n: ours[n] for n in differ})}{_FIX}"
+                f"{_describe({n: ours[n] for n in differ})}{fix}"
             ), {}
         # The options agree: the states must be there, with this metric's shapes.
         for name, default in self._defaults.items():
@@ -280,10 +283,10 @@ class TaggedMetric(Metric):
                 continue
             value = saved(name)
             if value is None:
-                return f"has no state {name!r} (this metric has {_describe(ours)}){_FIX}", {}
+                return f"has no state {name!r} (this metric has {_describe(ours)}){fix}", {}
             if not isinstance(value, Tensor) or value.shape != default.shape:
                 shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{_FIX}", {}
+                return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{fix}", {}
         return None, adopted
 
     if hasattr(Metric, "merge_state"):  # a torchmetrics of late 2024 on; with an older one metrics have none
@@ -300,7 +303,7 @@ class TaggedMetric(Metric):
             tag = states.get("options_tag")
             shape_only = isinstance(tag, Tensor) and "meta" in (tag.device.type, self.options_tag.device.type)
             if isinstance(tag, Tensor) and not shape_only and tag.tolist() != self.options_tag.tolist():
-                refusal, adopted = self._checkpoint_check(states.get)
+                refusal, adopted = self._checkpoint_check(states.get, action="merge", fix="")
                 if refusal is None and adopted:  # a value a checkpoint would give this metric: not the same stream
                     values = self._option_values()
                     refusal = (f"was made with {_describe(adopted)}; this metric has "
@@ -308,7 +311,6 @@ class TaggedMetric(Metric):
                 elif refusal is None:  # the same options, in an earlier version's tag
                     refusal = ("has an earlier version's options tag: load its states into a metric of this version "
                                "(load_state_dict), then merge that metric")
-                refusal = refusal.replace("load it into", "merge it into").removesuffix(_FIX)
                 raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
             if getattr(self, "num_bootstrap", 0):
                 raise ValueError(
