@@ -287,14 +287,46 @@ def test_the_scan_takes_as_floor_the_kth_highest_group_maximum(dtype):
                 maxima = np.array([row[g::groups].max() for g in range(groups)])
                 floor = np.sort(maxima)[::-1][k - 1]
                 mark, union = np.zeros(c, np.bool_), np.zeros(c + 1, np.uint64)
-                size, found, placed = _ltr_numba._scan_top(
+                size, found, placed, nan = _ltr_numba._scan_top(
                     row, k, mark, union, np.uint64(0), np.empty(c + lanes, dtype), np.empty(c, np.uint64),
                     np.empty(_ltr_numba.NETWORK_WIDTHS[-1], dtype))
+                assert not nan
                 assert found == int((row >= floor).sum()), (c, k, levels)
                 assert placed == (k <= found <= _ltr_numba.RANKED_MAX)
                 if placed and levels is None:  # distinct scores: the k highest columns
                     assert sorted(union[:size].tolist()) == sorted(np.argsort(-row, kind="stable")[:k].tolist())
                     assert mark.sum() == k
+
+
+@pytest.mark.skipif(_ltr_numba.unavailable_reason("cpu", torch.float32) is not None, reason="needs numba")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("c, k", [(64, 8), (97, 10), (97, 24), (527, 10), (527, 48)])
+def test_the_scan_finds_a_nan_at_any_column_of_either_row(dtype, c, k):
+    # The scan finds NaN in its read of the group maxima (whole stripes in vectors, the tail one entry at a time):
+    # a NaN at each column, in the first or the second input, makes that row NaN and leaves the others exact.
+    assert _ltr_numba._scan_applies(k, c)
+    g = torch.Generator().manual_seed(c + k)
+    a = torch.randn(2 * c, c, generator=g, dtype=torch.float64)
+    b = a + 0.3 * torch.randn(2 * c, c, generator=g, dtype=torch.float64)
+    for column in range(c):
+        a[column, column] = math.nan
+        b[c + column, column] = -math.nan if column % 2 else math.nan
+    clean_a, clean_b = torch.randn(3, c, generator=g, dtype=torch.float64), torch.randn(3, c, generator=g,
+                                                                                        dtype=torch.float64)
+    a, b = torch.cat([clean_a[:1], a, clean_a[1:]]).to(dtype), torch.cat([clean_b[:1], b, clean_b[1:]]).to(dtype)
+    rows_out, nan_found = _ltr_numba.distance_rows(a, b, k, check_nan=True)
+    assert nan_found
+    assert torch.isnan(rows_out[1:-2]).all()
+    for i in (0, a.shape[0] - 2, a.shape[0] - 1):
+        assert rows_out[i].item() == pytest.approx(naive_distance(a[i : i + 1], b[i : i + 1], k), rel=1e-12, abs=0)
+    lanes = 16
+    for column in (0, c - 1):
+        row = a[1 + column].numpy()
+        mark, union = np.zeros(c, np.bool_), np.zeros(c + 1, np.uint64)
+        size, found, placed, nan = _ltr_numba._scan_top(
+            row, k, mark, union, np.uint64(3), np.empty(c + lanes, row.dtype), np.empty(c, np.uint64),
+            np.empty(_ltr_numba.NETWORK_WIDTHS[-1], row.dtype))
+        assert nan and size >= 3 and mark.sum() == size - 3
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -46,7 +46,7 @@ def _highest(values, start):
 
 @njit
 def _store_max(dst, at, a, a_start, b, b_start):
-    lanes_store_max(dst, at, a, a_start, b, b_start)
+    return lanes_store_max(dst, at, a, a_start, b, b_start)
 
 
 @njit
@@ -106,6 +106,25 @@ def test_maxima_equal_numpy(dtype):
     _store_max(dst, 3, dst, 3, values, 0)  # accumulate in place
     expected[3 : 3 + LANES] = np.maximum(before[3 : 3 + LANES], values[:LANES])
     np.testing.assert_array_equal(dst, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_stored_maximum_reports_each_lane_where_either_input_is_nan(dtype):
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        a = rng.standard_normal(2 * LANES + 3).astype(dtype)
+        b = rng.standard_normal(2 * LANES + 3).astype(dtype)
+        a[[11, 12]], b[[13]] = np.inf, -np.inf
+        if trial:  # the first trial has none: the mask is 0
+            a[rng.choice(len(a), int(rng.integers(1, 4)), replace=False)] = np.nan
+            b[rng.choice(len(b), int(rng.integers(0, 4)), replace=False)] = -np.nan if trial % 2 else np.nan
+        a_start, b_start = int(rng.integers(0, LANES + 4)), int(rng.integers(0, LANES + 4))
+        dst = np.zeros(LANES, dtype)
+        window_a, window_b = a[a_start : a_start + LANES], b[b_start : b_start + LANES]
+        mask = _store_max(dst, 0, a, a_start, b, np.uint64(b_start))
+        assert int(mask) == _mask(np.isnan(window_a) | np.isnan(window_b)), trial
+        known = ~(np.isnan(window_a) | np.isnan(window_b))  # NaN lanes: either entry, as the select picks
+        np.testing.assert_array_equal(dst[known], np.maximum(window_a, window_b)[known])
 
 
 def test_popcount_and_lowest_bit():

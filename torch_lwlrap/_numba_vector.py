@@ -9,7 +9,7 @@ NEON), the same values on any of them.
 * :func:`lanes_max`: the highest of ``LANES`` entries (a tree of ``>`` and select: with a NaN among them, one of
   the entries, never an error; the callers test for NaN first or take any value).
 * :func:`lanes_store_max`: ``dst[d : d + LANES]`` set to the higher of ``a[i : i + LANES]`` and
-  ``b[j : j + LANES]``, entry by entry (the same select). Accumulate in a loop that keeps ``d`` fixed: LLVM then
+  ``b[j : j + LANES]``, entry by entry (the same select); returns the bit mask of the entries where either is NaN. Accumulate in a loop that keeps ``d`` fixed: LLVM then
   keeps the running maxima in registers (a vector load of what a store has just written can miss the store's
   forwarding where it crosses a cache line, a stall each time).
 * :func:`lanes_ge`, :func:`lanes_gt`, :func:`lanes_lt`, :func:`lanes_eq`: a bit mask, bit ``i`` set when entry
@@ -97,7 +97,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @intrinsic
     def lanes_store_max(typingctx, dst, dst_start, a, a_start, b, b_start):
-        """``dst[dst_start + i] = max(a[a_start + i], b[b_start + i])`` for ``i < LANES``."""
+        """``dst[dst_start + i] = max(a[a_start + i], b[b_start + i])`` for ``i < LANES``. Returns a uint64 bit mask,
+        bit ``i`` set when ``a[a_start + i]`` or ``b[b_start + i]`` is NaN (one unordered comparison, which carries
+        no fast-math flag: no compiler option drops it), so that a scan finds a row's NaN in the read it makes
+        anyway."""
         if not (_contiguous_floats(dst) and dst == a == b
                 and all(isinstance(start, types.Integer) for start in (dst_start, a_start, b_start))):
             return None
@@ -108,9 +111,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             second = _load(context, builder, kinds[4], args[4], kinds[5], args[5])
             at = _address(context, builder, kinds[0], args[0], kinds[1], args[1])
             builder.store(_higher(builder, first, second), at, align=dst.dtype.bitwidth // 8)
-            return context.get_dummy_value()
+            unordered = builder.fcmp_unordered("uno", first, second)
+            return builder.zext(builder.bitcast(unordered, ir.IntType(LANES)), _I64)
 
-        return types.none(dst, dst_start, a, a_start, b, b_start), codegen
+        return types.uint64(dst, dst_start, a, a_start, b, b_start), codegen
 
     def _compare(operator: str, doc: str):
         @intrinsic
