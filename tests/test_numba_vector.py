@@ -11,10 +11,13 @@ import pytest
 pytest.importorskip("numba")
 
 from numba import njit  # noqa: E402
+from numba.core import types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
 
 from torch_lwlrap._numba_vector import (  # noqa: E402
     LANES,
     _bitonic_descending,
+    _part_bounds,
     _prefetch_bytes,
     lanes_eq,
     lanes_exclusive_sum,
@@ -29,6 +32,7 @@ from torch_lwlrap._numba_vector import (  # noqa: E402
     lanes_store_max,
     lowest_bit,
     popcount,
+    prefetch_part,
     prefetch_row,
 )
 
@@ -242,13 +246,53 @@ def _prefetched_sums(rows):
     return sums
 
 
+@njit
+def _part_prefetched_sums(rows, parts):
+    """Each row's sum, the next row prefetched in ``parts`` parts along the way (the last row asks for itself)."""
+    sums = np.zeros(rows.shape[0])
+    for row in range(rows.shape[0]):
+        ahead = min(row + 1, rows.shape[0] - 1)
+        for j in range(rows.shape[1]):
+            if j % 7 == 0:
+                prefetch_part(rows, ahead, np.uint8(j // 7 % parts), parts)
+            sums[row] += rows[row, j]
+    return sums
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint32, np.uint8])
 @pytest.mark.parametrize("columns", [0, 1, 15, 16, 17, 527])
 def test_prefetching_a_row_changes_no_value(dtype, columns):
     rows = np.arange(7 * columns, dtype=np.int64).reshape(7, columns).astype(dtype)
     before = rows.copy()
     assert np.array_equal(_prefetched_sums(rows), rows.astype(np.float64).sum(axis=1))
+    for parts in (1, 2, 3, 8):
+        assert np.array_equal(_part_prefetched_sums(rows, parts), rows.astype(np.float64).sum(axis=1))
     assert np.array_equal(rows, before)
+
+
+@intrinsic
+def _bounds_of(typingctx, size, part, parts):
+    def codegen(context, builder, signature, args):
+        return context.make_tuple(builder, signature.return_type, _part_bounds(builder, *args))
+
+    return types.UniTuple(types.int64, 2)(types.int64, types.int64, types.int64), codegen
+
+
+@njit
+def _bounds(size, part, parts):
+    return _bounds_of(size, part, parts)
+
+
+def test_the_parts_of_a_row_tile_its_bytes():
+    # Part p of P: the bytes [size p // P, size (p + 1) // P): in order, without gap or overlap, as even as whole
+    # bytes allow; from Python's integers.
+    for size in (0, 1, 5, 63, 64, 65, 2108, 4216, 1 << 40):
+        for parts in range(1, 9):
+            bounds = [tuple(int(x) for x in _bounds(np.int64(size), np.int64(p), np.int64(parts)))
+                      for p in range(parts)]
+            assert bounds == [(size * p // parts, size * (p + 1) // parts) for p in range(parts)], (size, parts)
+            assert bounds[0][0] == 0 and bounds[-1][1] == size
+            assert all(size // parts <= last - first <= -(-size // parts) for first, last in bounds)
 
 
 def test_prefetching_a_row_emits_the_processor_s_prefetch_instruction():
@@ -258,8 +302,9 @@ def test_prefetching_a_row_emits_the_processor_s_prefetch_instruction():
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the instruction's name is x86-64's")
     _prefetched_sums(np.zeros((2, 40), np.float32))
-    assembly = "\n".join(_prefetched_sums.inspect_asm().values())
-    assert "prefetcht0" in assembly
+    _part_prefetched_sums(np.zeros((2, 40), np.float32), 2)
+    for kernel in (_prefetched_sums, _part_prefetched_sums):
+        assert "prefetcht0" in "\n".join(kernel.inspect_asm().values()), kernel
 
 
 @pytest.mark.parametrize("triple", TRIPLES)

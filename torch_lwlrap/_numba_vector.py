@@ -22,6 +22,7 @@ NEON), the same values on any of them.
   never an error.
 * :func:`prefetch_row`: a row of a 2-D array asked for from memory ahead of its use (LLVM's ``prefetch``), so that
   a kernel's next row arrives while it ranks the current one.
+  :func:`prefetch_part`: part of such a row, to spread the requests for a row over a kernel's work.
 * :func:`popcount`, :func:`lowest_bit`: the set bits of a uint64 and the index of its lowest set bit.
 
 The entries ``start .. start + LANES - 1`` (``start + w - 1`` for a sort) must lie inside the array: the caller
@@ -231,26 +232,59 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         with builder.if_then(builder.icmp_signed(">", size, ir.Constant(size.type, 0))):
             builder.call(fetch, [builder.gep(start, [builder.sub(size, ir.Constant(size.type, 1))]), *flags])
 
+    def _part_bounds(builder, size, part, parts):
+        """``(size * part // parts, size * (part + 1) // parts)``: the bytes of part ``part`` of ``parts`` of a row of
+        ``size`` bytes (integers of one type): the parts of a row tile it."""
+        one = ir.Constant(size.type, 1)
+        return (builder.udiv(builder.mul(size, part), parts),
+                builder.udiv(builder.mul(size, builder.add(part, one)), parts))
+
+    def _prefetch_part(context, builder, array_type, array, indices):
+        """Prefetch part ``part`` of ``parts`` of row ``row`` of ``array``; ``indices``: ``(row, part, parts)`` as
+        ``intp`` values."""
+        data = context.make_array(array_type)(context, builder, array)
+        columns = cgutils.unpack_tuple(builder, data.shape, 2)[1]
+        row, part, parts = indices
+        itemsize = ir.Constant(columns.type, context.get_abi_sizeof(data.data.type.pointee))
+        first, last = _part_bounds(builder, builder.mul(columns, itemsize), part, parts)
+        row_start = builder.bitcast(builder.gep(data.data, [builder.mul(row, columns)]), ir.IntType(8).as_pointer())
+        _prefetch_bytes(builder, builder.gep(row_start, [first]), builder.sub(last, first))
+
+    def _rows_2d(array) -> bool:
+        return isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C"
+
     @intrinsic
     def prefetch_row(typingctx, array, row):
         """Ask the processor to bring row ``row`` of a C-contiguous 2-D array into its caches
         (:func:`_prefetch_bytes`). A hint only: it changes no value, never faults, and is dropped where the target
         has no such instruction. ``row`` must be one of the array's rows."""
-        if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C"
-                and isinstance(row, types.Integer)):
+        if not (_rows_2d(array) and isinstance(row, types.Integer)):
             return None
 
         def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, args[0])
-            columns = cgutils.unpack_tuple(builder, data.shape, 2)[1]
-            row_index = context.cast(builder, args[1], signature.args[1], types.intp)
-            start = builder.bitcast(builder.gep(data.data, [builder.mul(row_index, columns)]),
-                                    ir.IntType(8).as_pointer())
-            itemsize = ir.Constant(columns.type, context.get_abi_sizeof(data.data.type.pointee))
-            _prefetch_bytes(builder, start, builder.mul(columns, itemsize))
+            whole = [context.cast(builder, args[1], signature.args[1], types.intp),
+                     context.get_constant(types.intp, 0), context.get_constant(types.intp, 1)]
+            _prefetch_part(context, builder, signature.args[0], args[0], whole)
             return context.get_dummy_value()
 
         return types.none(array, row), codegen
+
+    @intrinsic
+    def prefetch_part(typingctx, array, row, part, parts):
+        """:func:`prefetch_row` for part ``part`` of ``parts`` of the row only (its bytes from ``size * part //
+        parts`` to ``size * (part + 1) // parts``), so that a kernel can spread its requests for a row over its
+        work: a row asked for at once can fill the processor's line-fill buffers, and the next instruction then
+        waits. ``0 <= part < parts``."""
+        if not (_rows_2d(array) and all(isinstance(x, types.Integer) for x in (row, part, parts))):
+            return None
+
+        def codegen(context, builder, signature, args):
+            indices = [context.cast(builder, value, kind, types.intp)
+                       for value, kind in zip(args[1:], signature.args[1:])]
+            _prefetch_part(context, builder, signature.args[0], args[0], indices)
+            return context.get_dummy_value()
+
+        return types.none(array, row, part, parts), codegen
 
     @intrinsic
     def popcount(typingctx, word):
