@@ -222,14 +222,15 @@ def test_run_takes_the_variant_that_was_faster_and_follows_a_change(monkeypatch)
     scores = 1 << 40
     for _ in range(12):
         _numba_runtime.run(kernel, scores)
-    # Parallel first, then serial once; parallel wins, serial is tried again after 4 calls, then after 8.
-    assert calls == ["parallel", "serial"] + ["parallel"] * 3 + ["serial"] + ["parallel"] * 6
+    # Parallel first, then serial, each twice (the first call of each: a warm-up, not kept); parallel wins, serial is
+    # tried again after 4 calls, then after 8.
+    assert calls == ["parallel"] * 2 + ["serial"] * 2 + ["parallel"] * 3 + ["serial"] + ["parallel"] * 4
     # The machine gets busy: parallel slows down. Once most of its timings kept (3) are slow, serial takes over.
     parallel.seconds[0] = 10.0
     del calls[:]
     for _ in range(8):
         _numba_runtime.run(kernel, scores)
-    assert calls == ["parallel", "serial", "parallel"] + ["serial"] * 5  # the 2nd: a try of serial
+    assert calls == ["parallel"] * 2 + ["serial", "parallel"] + ["serial"] * 4  # the 4th: a try of parallel
     # Once most timings kept of the variant in use are worse than the other's, it switches without waiting for a try.
     serial.seconds[0] = 20.0
     del calls[:]
@@ -239,8 +240,31 @@ def test_run_takes_the_variant_that_was_faster_and_follows_a_change(monkeypatch)
     assert not _numba_runtime._parallel_lock.locked()
 
 
+def test_a_variant_s_cold_first_call_does_not_decide_and_each_workload_is_timed_apart(monkeypatch):
+    # A parallel region's first timed call can take 3 times as long as the next ones: kept, against serial's first
+    # timing, it handed the choice to the slower serial variant.
+    for warmup, expected in ((1, [True] * 6), (0, [False] * 6)):
+        choice = _numba_runtime.SpeedChoice(reprobe_min=8, warmup=warmup)
+        for parallel, seconds in ((True, 9.0), (True, 1.0), (False, 3.0), (False, 3.0)):
+            choice.record("k", parallel, seconds)
+        assert [choice.parallel_next("k") for _ in range(6)] == expected, warmup
+    # One kernel, two kinds of work (Spearman, Kendall): their timings are kept apart.
+    clock, calls = _Clock(), []
+    kernel = _numba_runtime.ParallelAndSerial(_FakeVariant(clock, "parallel", [1.0], calls),
+                                              _FakeVariant(clock, "serial", [3.0], calls))
+    choice = _numba_runtime.SpeedChoice()
+    monkeypatch.setattr(_numba_runtime, "time", clock)
+    monkeypatch.setattr(_numba_runtime, "_choice", choice)
+    monkeypatch.setattr(_numba_runtime, "_threads_started", lambda: True)
+    monkeypatch.setattr(numba, "set_num_threads", lambda n: None)
+    for workload in ("spearman", "kendall", "spearman"):
+        _numba_runtime.run(kernel, 1 << 40, workload=workload)
+    assert calls == ["parallel"] * 3  # each workload starts with its own warm-up
+    assert len({key[1] for key in choice._keys}) == 2
+
+
 def test_speed_choice_tries_the_slower_variant_less_and_less_often():
-    choice = _numba_runtime.SpeedChoice(reprobe_min=2, reprobe_max=8, kept=3)
+    choice = _numba_runtime.SpeedChoice(reprobe_min=2, reprobe_max=8, kept=3, warmup=0)
     picks = []
     for _ in range(40):
         parallel = choice.parallel_next("key")
@@ -250,7 +274,7 @@ def test_speed_choice_tries_the_slower_variant_less_and_less_often():
     # Parallel, serial, then serial wins: parallel is tried after 2 calls, then after 4, then every 8 (the most).
     assert tries == [0, 3, 7, 15, 23, 31, 39]
     # A try that wins is taken from then on (the machine got quiet: parallel is faster again).
-    choice = _numba_runtime.SpeedChoice(reprobe_min=4)
+    choice = _numba_runtime.SpeedChoice(reprobe_min=4, warmup=0)
     choice.record("k", True, 1.5)
     choice.record("k", False, 2.0)
     assert [choice.parallel_next("k") for _ in range(4)] == [True, True, True, False]  # the 4th: a try of serial

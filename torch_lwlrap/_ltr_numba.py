@@ -123,7 +123,7 @@ def correlation_rows(a: Tensor, b: Tensor, method: str, check_nan: bool = False)
     out = value.numpy()
     zero = np.int64(0) if num_classes <= INT_SUMS_MAX else np.float64(0)  # Spearman's sums: their type
     run(_correlation_kernel, n * num_classes, bits_a, bits_b, nbits, method == "kendall", check_nan, out,
-        defined.numpy(), zero)
+        defined.numpy(), zero, workload=method)
     return value, defined, bool(check_nan and np.isnan(out).any())
 
 
@@ -139,8 +139,8 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
     values_a, bits_a, nbits = _bits(a)
     values_b, bits_b, _ = _bits(b)
     rows = out.numpy()
-    run(_distance_kernel, n * num_classes, values_a, values_b, bits_a, bits_b, nbits, min(k, num_classes), check_nan,
-        rows)
+    k = min(k, num_classes)
+    run(_distance_kernel, n * num_classes, values_a, values_b, bits_a, bits_b, nbits, k, check_nan, rows, workload=k)
     return out, bool(check_nan and np.isnan(rows).any())
 
 

@@ -200,23 +200,29 @@ class SpeedChoice:
     Calls are told apart by a key (the kernel, the thread count and the size class: the bit length of the number of
     scores). For each key it keeps the last ``kept`` timings of each variant, in seconds per score, and takes the
     variant whose median recent timing is lower (a median, not the best: on cores that other threads keep busy a
-    parallel region is now and then as fast as on idle ones, and mostly far slower); the other variant is tried once after ``reprobe_min`` calls, then
+    parallel region is now and then as fast as on idle ones, and mostly far slower). The first ``warmup`` timings of
+    each variant and key are not kept: a variant's first calls at a size pay for what later calls find ready (fresh
+    workspaces' pages, the threads' first wake; a parallel region's first timed call took up to 3 times as long as
+    the next ones), and one such timing against the other variant's first could keep the slower variant for a
+    dozen calls. The other variant is tried once after ``reprobe_min`` calls, then
     after twice as many each time it loses again (up to ``reprobe_max``), and again after ``reprobe_min`` once it
     wins. A machine that gets busy (or idle) is followed within a few calls of the variant in use, or at the next try
     of the other one.
 
     Example:
         >>> choice = SpeedChoice(reprobe_min=2)
-        >>> choice.parallel_next("k"), choice.record("k", True, 1.0)  # untimed: parallel first
+        >>> choice.parallel_next("k"), choice.record("k", True, 9.0)  # parallel first: a warm-up, not kept
         (True, None)
-        >>> choice.parallel_next("k"), choice.record("k", False, 3.0)  # then serial
-        (False, None)
+        >>> choice.parallel_next("k"), choice.record("k", True, 1.0)  # parallel again
+        (True, None)
+        >>> [(choice.parallel_next("k"), choice.record("k", False, 3.0)) for _ in range(2)]  # then serial, twice
+        [(False, None), (False, None)]
         >>> [choice.parallel_next("k") for _ in range(3)]  # parallel was faster; serial is tried again every 2 calls
         [True, False, True]
     """
 
-    def __init__(self, reprobe_min: int = 8, reprobe_max: int = 256, kept: int = 3):
-        self.reprobe_min, self.reprobe_max, self.kept = reprobe_min, reprobe_max, kept
+    def __init__(self, reprobe_min: int = 8, reprobe_max: int = 256, kept: int = 3, warmup: int = 1):
+        self.reprobe_min, self.reprobe_max, self.kept, self.warmup = reprobe_min, reprobe_max, kept, warmup
         self._lock = threading.Lock()
         self._keys: dict = {}
 
@@ -241,6 +247,9 @@ class SpeedChoice:
             state = self._keys.get(key)
             if state is None:
                 state = self._keys[key] = _KeyTimings(self.reprobe_min)
+            if state.warmed[parallel] < self.warmup:  # a warm-up call of this variant: not kept
+                state.warmed[parallel] += 1
+                return
             mine, other = (state.parallel, state.serial) if parallel else (state.serial, state.parallel)
             mine.append(seconds)
             del mine[: -self.kept]
@@ -259,11 +268,12 @@ def _median(timings: list) -> float:
 class _KeyTimings:
     """What :class:`SpeedChoice` keeps per key."""
 
-    __slots__ = ("parallel", "serial", "countdown", "interval", "trying")
+    __slots__ = ("parallel", "serial", "countdown", "interval", "trying", "warmed")
 
     def __init__(self, interval: int):
         self.parallel: list = []  # the last timings of each variant, seconds per score
         self.serial: list = []
+        self.warmed = {True: 0, False: 0}  # warm-up timings passed over, per variant (True: parallel)
         self.countdown = self.interval = interval  # calls until the next try of the other variant; between tries
         self.trying = None  # the variant being tried (True: parallel), until its timing comes back
 
@@ -301,14 +311,18 @@ def serial_kernel(func: Callable = None, **options):
     return njit(cache=True, nogil=True, **options)(func)
 
 
-def run(kernel: ParallelAndSerial, scores: int, *args):
+def run(kernel: ParallelAndSerial, scores: int, *args, workload=None):
     """Run a kernel compiled with :func:`parallel_and_serial` on a pass over ``scores`` scores (or items): the
     parallel variant on :func:`threads_for` threads where that is more than one, it has been the faster variant
-    here (:class:`SpeedChoice`) and no other thread is in a parallel region, else the serial variant."""
+    here (:class:`SpeedChoice`) and no other thread is in a parallel region, else the serial variant.
+
+    ``workload``: a hashable label of the work per score where one kernel does different work by its arguments
+    (Spearman or Kendall; the k of a top k): each has its own timings. Mixed, the faster work's timings of one
+    variant would be weighed against the slower work's of the other."""
     threads = threads_for(scores)
     if threads < 2:
         return kernel.serial(*args)
-    key = (id(kernel), threads, scores.bit_length())
+    key = (id(kernel), workload, threads, scores.bit_length())
     parallel = _choice.parallel_next(key) and _parallel_lock.acquire(blocking=False)
     variant = kernel.parallel if parallel else kernel.serial
     # A call that compiles (or loads from numba's cache) or starts numba's threads is not timed.
