@@ -287,10 +287,13 @@ def test_the_scan_takes_as_floor_the_kth_highest_group_maximum(dtype):
                 maxima = np.array([row[g::groups].max() for g in range(groups)])
                 floor = np.sort(maxima)[::-1][k - 1]
                 mark, union = np.zeros(c, np.bool_), np.zeros(c + 1, np.uint64)
-                size, found, placed, nan = _ltr_numba._scan_top(
-                    row, k, mark, union, np.uint64(0), np.empty(c + lanes, dtype), np.empty(c, np.uint64),
-                    np.empty(_ltr_numba.NETWORK_WIDTHS[-1], dtype))
-                assert not nan
+                other = rng.permutation(row)  # the second row of the pair: its own groups, its own floor
+                other_floor = np.sort(np.array([other[g::groups].max() for g in range(groups)]))[::-1][k - 1]
+                floor_a, floor_b, nan = _ltr_numba._scan_floors(
+                    row, other, k, np.empty(2 * _ltr_numba.NETWORK_WIDTHS[-1], dtype))
+                assert (floor_a, floor_b, nan) == (floor, other_floor, False), (c, k, levels)
+                size, found, placed = _ltr_numba._scan_top(
+                    row, k, floor_a, mark, union, np.uint64(0), np.empty(c + lanes, dtype), np.empty(c, np.uint64))
                 assert found == int((row >= floor).sum()), (c, k, levels)
                 assert placed == (k <= found <= _ltr_numba.RANKED_MAX)
                 if placed and levels is None:  # distinct scores: the k highest columns
@@ -302,8 +305,8 @@ def test_the_scan_takes_as_floor_the_kth_highest_group_maximum(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("c, k", [(64, 8), (97, 10), (97, 24), (527, 10), (527, 48)])
 def test_the_scan_finds_a_nan_at_any_column_of_either_row(dtype, c, k):
-    # The scan finds NaN in its read of the group maxima (whole stripes in vectors, the tail one entry at a time):
-    # a NaN at each column, in the first or the second input, makes that row NaN and leaves the others exact.
+    # The scan finds NaN in its read of both rows' group maxima (whole stripes in vectors, the tail one entry at a
+    # time): a NaN at each column, in the first or the second input, makes that row NaN and leaves the others exact.
     assert _ltr_numba._scan_applies(k, c)
     g = torch.Generator().manual_seed(c + k)
     a = torch.randn(2 * c, c, generator=g, dtype=torch.float64)
@@ -319,14 +322,12 @@ def test_the_scan_finds_a_nan_at_any_column_of_either_row(dtype, c, k):
     assert torch.isnan(rows_out[1:-2]).all()
     for i in (0, a.shape[0] - 2, a.shape[0] - 1):
         assert rows_out[i].item() == pytest.approx(naive_distance(a[i : i + 1], b[i : i + 1], k), rel=1e-12, abs=0)
-    lanes = 16
     for column in (0, c - 1):
-        row = a[1 + column].numpy()
-        mark, union = np.zeros(c, np.bool_), np.zeros(c + 1, np.uint64)
-        size, found, placed, nan = _ltr_numba._scan_top(
-            row, k, mark, union, np.uint64(3), np.empty(c + lanes, row.dtype), np.empty(c, np.uint64),
-            np.empty(_ltr_numba.NETWORK_WIDTHS[-1], row.dtype))
-        assert nan and size >= 3 and mark.sum() == size - 3
+        for first, second in ((a[1 + column], b[1 + column]), (a[1 + c + column], b[1 + c + column])):
+            group_max = np.empty(2 * _ltr_numba.NETWORK_WIDTHS[-1], first.numpy().dtype)
+            assert _ltr_numba._scan_floors(first.numpy(), second.numpy(), k, group_max)[2], column
+    clean = clean_a[0].to(dtype).numpy()
+    assert not _ltr_numba._scan_floors(clean, clean, k, np.empty(256, clean.dtype))[2]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -5,7 +5,7 @@ through the one runner (:func:`torch_lwlrap._numba_runtime.run`). Each row asks 
 while it is ranked (:func:`torch_lwlrap._numba_vector.prefetch_row`): the correlations before they start (a few
 percent faster); the distance, whose work per row is short and which spent much of its time waiting for its rows,
 in halves spread over its work (:func:`torch_lwlrap._numba_vector.prefetch_part`): half of the next row of the first
-input first, the rest of it and half of the second's after the first top k, the rest after the second top k.
+input first, the rest of it and half of the second's after the two floors, the rest after the first top k.
 Asking for both rows at once filled the processor's line-fill buffers, and the next instructions waited (1.15 to 1.2
 times as fast spread; 1.2 times as fast at once as without prefetching).
 
@@ -30,8 +30,9 @@ times as fast spread; 1.2 times as fast at once as without prefetching).
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K` and a row of at
   least ``2 G`` labels; otherwise the row is sorted), in the vectors of :mod:`torch_lwlrap._numba_vector`: the row's
   columns fall into ``G`` groups by column modulo ``G`` (``G``: ``2 k`` rounded up to whole vectors), whose maxima
-  are a running vector maximum over the row; the k-th highest group maximum, from a sorting network on one vector
-  of 16 to 128 entries, bounds the k-th highest score from below; the entries at or above that bound are the
+  are a running vector maximum over the row (both rows' in one read); the k-th highest group maximum, from a
+  sorting network on one vector of 16 to 128 entries, bounds the k-th highest score from below (both rows' networks
+  one after the other, work the processor overlaps); the entries at or above that bound are the
   candidates, taken from the set bits of vector comparisons, and each candidate's place among them (those above
   it, the equal ones in lower columns) decides whether it is one of the top ``k``.
   Ties that leave many candidates go through a sorted buffer. The union of the two top sets is marked, and its
@@ -386,44 +387,16 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return 1 <= k <= SCAN_MAX_K and 2 * _scan_groups(k) <= num_classes
 
     @serial_kernel
-    def _scan_top(values, k, mark, union, n, cand_values, cand_cols, group_max):
+    def _scan_top(values, k, floor, mark, union, n, cand_values, cand_cols):
         """Add the ``k`` highest entries of a row (tied: lower column first) to ``union[:n]`` unless ``mark``ed, by a
-        scan (:func:`_scan_applies`). Returns ``(size, found, placed)``: ``found`` (int64) the number of candidates,
-        the entries at or above the floor; ``placed`` when there are ``k`` to :data:`RANKED_MAX` of them, which the
-        scan then placed, ``size`` the new size (unsigned, as in :func:`_add`); else nothing was added (``size`` is
-        ``n``), and the candidates are ``cand_values[:found]``, ``cand_cols[:found]``, for :func:`_add_rest`. A
-        fourth value, ``nan``: the row holds a NaN (found in the group maxima's read of every entry); the other
-        three are then of no use, except that ``size`` entries of ``union`` are marked.
-        ``group_max``: ``NETWORK_WIDTHS[-1]`` entries; ``cand_values``: the row's length and a vector more;
+        scan (:func:`_scan_applies`) for the entries at or above ``floor`` (:func:`_scan_floors`), the candidates.
+        Returns ``(size, found, placed)``: ``found`` (int64) the number of candidates; ``placed`` when there are
+        ``k`` to :data:`RANKED_MAX` of them, which the scan then placed, ``size`` the new size (unsigned, as in
+        :func:`_add`); else nothing was added (``size`` is ``n``), and the candidates are ``cand_values[:found]``,
+        ``cand_cols[:found]``, for :func:`_add_rest`. ``cand_values``: the row's length and a vector more;
         ``cand_cols``: the row's length. The rare ways are the caller's: inside this function they made the common
         way 1.2 times as slow."""
         num_classes = values.shape[0]
-        groups = _scan_groups(k)
-        # Group g holds the columns g, g + groups, ...: the k highest group maxima are k entries, so the k-th
-        # highest entry is at least the lowest of them, and only the entries at or above it are candidates.
-        # The same read finds the row's NaN (reported; the scan goes on: a return here made the common way 1.1 to
-        # 1.3 times as slow).
-        stripes = num_classes // groups * groups
-        nan = np.uint64(0)
-        for g in range(0, groups, LANES):  # a vector of groups at a time, its maxima kept in registers
-            nan |= lanes_store_max(group_max, g, values, g, values, groups + g)
-            for start in range(2 * groups, stripes, groups):
-                nan |= lanes_store_max(group_max, g, group_max, g, values, start + g)
-        for j in range(stripes, num_classes):
-            group_max[j - stripes] = max(group_max[j - stripes], values[j])
-            nan |= np.uint64(values[j] != values[j])
-        # The k-th highest group maximum: the maxima, -inf up to the narrowest network that holds them, sorted by it.
-        width = 16 if groups <= 16 else 32 if groups <= 32 else 64 if groups <= 64 else 128
-        group_max[groups:width] = -np.inf
-        if width == 16:
-            lanes_sort16(group_max, 0)
-        elif width == 32:
-            lanes_sort32(group_max, 0)
-        elif width == 64:
-            lanes_sort64(group_max, 0)
-        else:
-            lanes_sort128(group_max, 0)
-        floor = group_max[k - 1]
         # The candidates, in column order: the set bits of vector comparisons, four to a 64-bit word, of which the
         # first four set bits are taken without a branch (a word with more goes on one at a time); unsigned counts
         # spare a check for a negative index.
@@ -451,7 +424,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             cand_values[i] = values[cand_cols[i]]
         m = np.int64(found)
         if not k <= m <= RANKED_MAX:
-            return n, m, False, nan != 0
+            return n, m, False
         # Each candidate's place: the candidates above it and the equal ones before it (vector comparisons; the
         # entries past the candidates are -inf and never above, nor before).
         cand_values[found: (found + lanes - one) // lanes * lanes] = -np.inf
@@ -464,7 +437,50 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 place += popcount(lanes_gt(cand_values, start, v))
                 place += popcount(lanes_eq(cand_values, start, v) & before)
             n = _add(cand_cols[i], mark, union, n, place < np.uint64(k))
-        return n, m, True, nan != 0
+        return n, m, True
+
+    @serial_kernel
+    def _scan_floors(a, b, k, group_max):
+        """``(floor_a, floor_b, nan)``: the floors of the scans for the top ``k`` of two rows (:func:`_scan_top`),
+        and whether either row holds a NaN (then the floors are of no use). Group ``g`` of a row holds its columns
+        ``g, g + G, g + 2 G, ...`` (``G``: :func:`_scan_groups`); the ``k`` highest group maxima are ``k`` entries,
+        so the row's k-th highest entry is at least the lowest of them, its floor: only the entries at or above it
+        can be among the top ``k``. Both rows' group maxima come from one read of both (twice the running maxima of
+        one row's read, in registers), and their sorting networks follow one another: independent work, which the
+        processor overlaps (1.1 times as fast as each row's scan in turn). The same read finds NaN (unordered
+        comparisons). ``group_max``: ``2 * NETWORK_WIDTHS[-1]`` entries, ``b``'s maxima from the middle on."""
+        num_classes = a.shape[0]
+        groups = _scan_groups(k)
+        top = NETWORK_WIDTHS[-1]
+        stripes = num_classes // groups * groups
+        nan = np.uint64(0)
+        for g in range(0, groups, LANES):  # a vector of groups of each row at a time, its maxima kept in registers
+            nan |= lanes_store_max(group_max, g, a, g, a, groups + g)
+            nan |= lanes_store_max(group_max, top + g, b, g, b, groups + g)
+            for start in range(2 * groups, stripes, groups):
+                nan |= lanes_store_max(group_max, g, group_max, g, a, start + g)
+                nan |= lanes_store_max(group_max, top + g, group_max, top + g, b, start + g)
+        for j in range(stripes, num_classes):
+            group_max[j - stripes] = max(group_max[j - stripes], a[j])
+            group_max[top + j - stripes] = max(group_max[top + j - stripes], b[j])
+            nan |= np.uint64(a[j] != a[j]) | np.uint64(b[j] != b[j])
+        # The k-th highest group maximum: the maxima, -inf up to the narrowest network that holds them, sorted by it.
+        width = 16 if groups <= 16 else 32 if groups <= 32 else 64 if groups <= 64 else 128
+        group_max[groups:width] = -np.inf
+        group_max[top + groups:top + width] = -np.inf
+        if width == 16:
+            lanes_sort16(group_max, 0)
+            lanes_sort16(group_max, top)
+        elif width == 32:
+            lanes_sort32(group_max, 0)
+            lanes_sort32(group_max, top)
+        elif width == 64:
+            lanes_sort64(group_max, 0)
+            lanes_sort64(group_max, top)
+        else:
+            lanes_sort128(group_max, 0)
+            lanes_sort128(group_max, top)
+        return group_max[k - 1], group_max[top + k - 1], nan != 0
 
     @serial_kernel
     def _add_rest(bits, nbits, k, found, mark, union, n, cand_values, cand_cols, top_values, top_cols, work):
@@ -537,38 +553,38 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             keys_b = np.empty(num_classes, bits_a.dtype)
             pair_a = np.zeros(PAIRS_MAX, values_a.dtype)
             pair_b = np.zeros(PAIRS_MAX, values_a.dtype)
-            group_max = np.empty(NETWORK_WIDTHS[-1], values_a.dtype)
+            group_max = np.empty(2 * NETWORK_WIDTHS[-1], values_a.dtype)
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
-                ahead = row + 1 < num_rows  # the next pair of rows asked for in four halves, one here, spread over
-                if ahead:  # this row's work
+                ahead = row + 1 < num_rows  # the next pair of rows asked for in four halves, spread over this row's
+                if ahead:  # work: one here, two after the floors, one after the first top k
                     prefetch_part(values_a, row + 1, 0, 2)
                 if check_nan and not scan and (_has_nan(bits_a[row], 0, num_classes, nbits)
                                                or _has_nan(bits_b[row], 0, num_classes, nbits)):
                     out[row] = np.nan
                     continue
                 a, b = values_a[row], values_b[row]
+                floor_a = floor_b = values_a[row, 0]  # (unused without a scan)
+                if scan:
+                    floor_a, floor_b, nan = _scan_floors(a, b, k, group_max)
+                    if check_nan and nan:
+                        out[row] = np.nan
+                        continue
+                if ahead:
+                    prefetch_part(values_a, row + 1, 1, 2)
+                    prefetch_part(values_b, row + 1, 0, 2)
                 size = np.uint64(0)
-                nan = False  # a scan's read found a NaN (a row without a scan was tested above)
                 for second in range(2):  # not a loop over a tuple of row views: that costs a reference count each
                     start, found, placed = size, 0, False
                     if scan:
-                        size, found, placed, nan = _scan_top(b if second else a, k, mark, union, start, cand_values,
-                                                             cand_cols, group_max)
-                    if check_nan and nan:
-                        break
-                    if ahead and second:
+                        size, found, placed = _scan_top(b if second else a, k, floor_b if second else floor_a, mark,
+                                                        union, start, cand_values, cand_cols)
+                    if ahead and not second:
                         prefetch_part(values_b, row + 1, 1, 2)
-                    elif ahead:
-                        prefetch_part(values_a, row + 1, 1, 2)
-                        prefetch_part(values_b, row + 1, 0, 2)
                     if not placed:
                         size = _add_rest(bits_b[row] if second else bits_a[row], nbits, k, found, mark, union, start,
                                          cand_values, cand_cols, top_values, top_cols, work)
                 for p in range(size):
                     mark[union[p]] = False
-                if check_nan and nan:
-                    out[row] = np.nan
-                    continue
                 n = np.int64(size)
                 if n < 2:
                     out[row] = 0.0
