@@ -13,7 +13,7 @@ pytest.importorskip("numba")
 from numba import njit  # noqa: E402
 
 from torch_lwlrap._ltr_numba import _workspace  # noqa: E402
-from torch_lwlrap._ltr_sort import INSERTION_MAX, _key, _sorted_words  # noqa: E402
+from torch_lwlrap._ltr_sort import INSERTION_MAX, _key, _settle, _sorted_words  # noqa: E402
 
 
 @njit
@@ -37,6 +37,16 @@ def _rows(rng, n, dtype):
     row[rng.integers(0, n, max(1, n // 8))] = 0.0
     yield row
     yield np.where(rng.random(n) < 0.5, 2.0 ** rng.integers(-126, 127, n), -(2.0 ** rng.integers(-126, 127, n)))
+    # Scores whose keys share their upper 24 bits (float32: 1 + a few ulps; float64: the lowest 8 bits of 1 and -1):
+    # the three radix passes leave them to the insertion sort, which gives up, and all four passes sort again.
+    uint = np.uint32 if dtype == np.float32 else np.uint64
+    one, minus_one = (np.array([1.0, -1.0], dtype).view(uint) + rng.integers(0, 256, (n, 1)).astype(uint)).T
+    yield np.where(rng.random(n) < 0.3, minus_one.view(dtype), one.view(dtype)).astype(float)
+    # Pairs of neighbouring floats among continuous scores: a few words for the insertion sort to move.
+    row = rng.standard_normal(n).astype(dtype)
+    pairs = rng.integers(0, n, max(1, n // 16))
+    row[rng.permutation(pairs)] = np.nextafter(row[pairs], dtype(np.inf))
+    yield row.astype(float)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -54,3 +64,22 @@ def test_sorted_words_follow_numpys_stable_order(dtype):
             ordered = values[order]
             tied = ordered[1:] == ordered[:-1]
             assert (ranks[1:][tied] == ranks[:-1][tied]).all() and (ranks[1:][~tied] > ranks[:-1][~tied]).all(), n
+
+
+def test_the_insertion_sort_finishes_within_its_budget_or_says_it_gave_up():
+    rng = np.random.default_rng(1)
+    for n in (2, 5, 30, 527):
+        nearly = np.sort(rng.integers(0, 1 << 60, n).astype(np.uint64))
+        swaps = rng.integers(0, n - 1, max(1, n // 20))
+        for i in swaps:  # neighbours swapped: one move each
+            nearly[i], nearly[i + 1] = nearly[i + 1], nearly[i]
+        expected = np.sort(nearly)
+        items = nearly.copy()
+        assert _settle(items, n, n)
+        np.testing.assert_array_equal(items, expected)
+        backwards = expected[::-1].copy()  # n (n - 1) / 2 moves
+        items = backwards.copy()
+        assert _settle(items, n, n * n) and (items == expected).all()
+        items = backwards.copy()
+        assert _settle(items, n, n) == (n * (n - 1) // 2 <= n)
+        assert sorted(items.tolist()) == expected.tolist()  # given up or not: the same words
