@@ -10,7 +10,8 @@ Asking for both rows at once filled the processor's line-fill buffers, and the n
 times as fast spread; 1.2 times as fast at once as without prefetching).
 
 * NaN: with ``check_nan`` each kernel tests every score of both rows for NaN on its bits (an integer test, which no
-  compiler flag can drop), marks a row that holds one with a NaN value and skips the rest of its work. The
+  compiler flag can drop; the correlations in the read that makes the rows' keys), marks a row that holds one with
+  a NaN value and skips the rest of its work. The
   distance's scan for the top k instead finds NaN in the read it makes of every score anyway (unordered vector
   comparisons, which carry no fast-math flag): 1.05 to 1.1 times as fast as a pass of its own.
   The caller then raises the input gate's error (:func:`torch_lwlrap._checks.pair_nan_error`), and the gate need
@@ -147,7 +148,7 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
     from torch_lwlrap._ltr_sort import (
-        _LOW, _count_key, _has_nan, _has_ties, _key, _sort, _sort_packed, _sorted_words,
+        _LOW, _count_key, _has_nan, _has_ties, _is_nan, _key, _sort, _sort_packed, _sorted_words,
     )
 
     from torch_lwlrap._numba_vector import (
@@ -321,13 +322,15 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 if row + 1 < num_rows:  # the next pair of rows on its way from memory while this one is ranked
                     prefetch_row(bits_a, row + 1)
                     prefetch_row(bits_b, row + 1)
-                if check_nan and (_has_nan(bits_a[row], 0, num_classes, nbits)
-                                  or _has_nan(bits_b[row], 0, num_classes, nbits)):
+                nan = False  # the NaN test in the keys' read (a few percent faster than a read of its own)
+                for j in range(num_classes):
+                    x, y = bits_a[row, j], bits_b[row, j]
+                    nan |= _is_nan(x, nbits) | _is_nan(y, nbits)
+                    keys_a[j] = _key(x, nbits)
+                    keys_b[j] = _key(y, nbits)
+                if check_nan and nan:
                     value[row] = np.nan
                     continue
-                for j in range(num_classes):
-                    keys_a[j] = _key(bits_a[row, j], nbits)
-                    keys_b[j] = _key(bits_b[row, j], nbits)
                 if kendall:
                     dis, xtie, ytie, ntie = _kendall_counts(keys_a, keys_b, num_classes, nbits, work)
                     if xtie < total and ytie < total:

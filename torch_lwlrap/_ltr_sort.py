@@ -51,16 +51,19 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return value | sign
 
     @serial_kernel
-    def _has_nan(bits, start, stop, nbits):
-        """Whether a float of ``bits[start:stop]`` is a NaN: its bits without the sign above those of infinity (an
-        integer test, which no fastmath flag can drop)."""
+    def _is_nan(bits, nbits):
+        """Whether the float of ``bits`` is a NaN: its bits without the sign above those of infinity (an integer
+        test, which no fastmath flag can drop)."""
         if nbits == 32:
-            magnitude, infinity = np.int64(0x7FFFFFFF), np.int64(0x7F800000)
-        else:
-            magnitude, infinity = np.int64(0x7FFFFFFFFFFFFFFF), np.int64(0x7FF0000000000000)
+            return (np.int64(bits) & np.int64(0x7FFFFFFF)) > np.int64(0x7F800000)
+        return (np.int64(bits) & np.int64(0x7FFFFFFFFFFFFFFF)) > np.int64(0x7FF0000000000000)
+
+    @serial_kernel
+    def _has_nan(bits, start, stop, nbits):
+        """Whether a float of ``bits[start:stop]`` is a NaN (:func:`_is_nan`)."""
         found = False
         for j in range(start, stop):
-            found |= (np.int64(bits[j]) & magnitude) > infinity
+            found |= _is_nan(bits[j], nbits)
         return found
 
     @serial_kernel
