@@ -176,12 +176,19 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         the words (:func:`_settle`) orders the few whose keys share those bits (about one pair a row of 527 continuous
         scores: 1.2 times as fast as the fourth pass). Where that takes more than ``n`` moves (many scores within
         one band of 2**-15 of their size), all four passes sort the words again from there (the equal keys are
-        still in payload order)."""
+        still in payload order), and a row whose keys all share those bits goes to the four passes (three of them
+        skipped) at once. Such rows take up to 1.75 times as long as four passes alone (half of a row's scores
+        within 256 ulps of 1.0); no row of 527 gave up among scores from ``randn``, its sigmoid, or the softmax or
+        sigmoid of logits as small as ``0.01 * randn``."""
         if n <= INSERTION_MAX:
             _settle(items, n, n * n)
             return items, tmp
-        items, tmp = _radix_packed(items, n, tmp, count, 1)
-        if not _settle(items, n, n):
+        shared = True  # all the keys share their upper 24 bits: the lowest digit's pass alone sorts them
+        for p in range(1, 4):
+            shared &= count[p, (items[0] >> np.uint64(32 + DIGIT_BITS * p)) & _DIGIT_MASK] == n
+        if not shared:
+            items, tmp = _radix_packed(items, n, tmp, count, 1)
+        if shared or not _settle(items, n, n):
             _count_words(items, n, count)
             items, tmp = _radix_packed(items, n, tmp, count, 0)
         return items, tmp
