@@ -42,6 +42,7 @@ def _rows(rng, n, dtype):
     uint = np.uint32 if dtype == np.float32 else np.uint64
     one, minus_one = (np.array([1.0, -1.0], dtype).view(uint) + rng.integers(0, 256, (n, 1)).astype(uint)).T
     yield np.where(rng.random(n) < 0.3, minus_one.view(dtype), one.view(dtype)).astype(float)
+    yield one.view(dtype).astype(float)  # all of them: straight to the four passes
     # Pairs of neighbouring floats among continuous scores: a few words for the insertion sort to move.
     row = rng.standard_normal(n).astype(dtype)
     pairs = rng.integers(0, n, max(1, n // 16))
