@@ -142,7 +142,8 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
     values_b, bits_b, _ = _bits(b)
     rows = out.numpy()
     k = min(k, num_classes)
-    run(_distance_kernel, n * num_classes, values_a, values_b, bits_a, bits_b, nbits, k, check_nan, rows, workload=k)
+    run(_distance_kernel, n * num_classes, values_a, values_b, bits_a, bits_b, nbits, k, check_nan, rows,
+        workload=k.bit_length())  # k's size class: a sweep over k starts a handful of timings, not one per k
     return out, bool(check_nan and np.isnan(rows).any())
 
 
@@ -566,7 +567,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     out[row] = np.nan
                     continue
                 a, b = values_a[row], values_b[row]
-                floor_a = floor_b = values_a[row, 0]  # (unused without a scan)
+                floor_a = floor_b = group_max[0]  # (unused without a scan; any value of the right type)
                 if scan:
                     floor_a, floor_b, nan = _scan_floors(a, b, k, group_max)
                     if check_nan and nan:

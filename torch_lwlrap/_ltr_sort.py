@@ -6,10 +6,11 @@ A row is ranked by a stable least-significant-digit radix sort of its scores' bi
 bfloat16 rows are widened to float32, exactly) travels with its payload (column or rank) in one 64-bit word,
 ``key << 32 | payload``, sorted by the upper 24 bits of its key in three passes of 8 bits (one load and store per
 entry and pass), then by the whole word in an insertion sort, which has little to do: the scores of a row seldom
-share the upper 24 bits of their keys (a fourth pass where they often do). Each pass's first places are a running
-sum over its histogram, in vectors
-(:func:`torch_lwlrap._numba_vector.lanes_exclusive_sum`); the top digit (sign, high exponent bits) takes few values,
-and its pass places four words at a time, so that a digit's counter is stored and loaded again once per four words.
+share the upper 24 bits of their keys (where many do, the words are sorted again in all four passes; where all
+do, the lowest digit's pass alone sorts them). Each pass's first places are a running sum over its histogram, in
+vectors (:func:`torch_lwlrap._numba_vector.lanes_exclusive_sum`); the top digit (sign, high exponent bits) takes
+few values, and its pass places four words at a time, so that a digit's counter is stored and loaded again once
+per four words.
 A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the same words
 follow). Tied scores keep their column order. Several times faster than ``torch.argsort`` here.
 """
@@ -150,8 +151,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @serial_kernel
     def _settle(items, n, budget):
-        """Insertion sort of the words ``items[:n]``, nearly sorted, that gives up after ``budget`` moves: whether it
-        finished (then they are sorted)."""
+        """Insertion sort of the words ``items[:n]``, nearly sorted, that gives up once its moves exceed ``budget``
+        (tested after each word it places, so the words stay a permutation): whether it finished (then they are
+        sorted)."""
         moves = 0
         for i in range(1, n):
             item = items[i]

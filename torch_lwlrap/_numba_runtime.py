@@ -197,8 +197,8 @@ def threads_for(scores: int) -> int:
 class SpeedChoice:
     """Which variant of a kernel runs next, from the timings of this process's own calls.
 
-    Calls are told apart by a key (the kernel, the thread count and the size class: the bit length of the number of
-    scores). For each key it keeps the last ``kept`` timings of each variant, in seconds per score, and takes the
+    Calls are told apart by a key (the kernel, the kind of work that :func:`run` is told, the thread count and the
+    size class: the bit length of the number of scores). For each key it keeps the last ``kept`` timings of each variant, in seconds per score, and takes the
     variant whose median recent timing is lower (a median, not the best: on cores that other threads keep busy a
     parallel region is now and then as fast as on idle ones, and mostly far slower). The first ``warmup`` timings of
     each variant and key are not kept: a variant's first calls at a size pay for what later calls find ready (fresh
@@ -317,7 +317,7 @@ def run(kernel: ParallelAndSerial, scores: int, *args, workload=None):
     here (:class:`SpeedChoice`) and no other thread is in a parallel region, else the serial variant.
 
     ``workload``: a hashable label of the work per score where one kernel does different work by its arguments
-    (Spearman or Kendall; the k of a top k): each has its own timings. Mixed, the faster work's timings of one
+    (Spearman or Kendall; the size class of the k of a top k): each has its own timings. Mixed, the faster work's timings of one
     variant would be weighed against the slower work's of the other."""
     threads = threads_for(scores)
     if threads < 2:
