@@ -234,7 +234,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         """``(dis, xtie, ytie, ntie)`` of the keys ``[:n]`` of two rows (see the module's docstring)."""
         perm_keys, dense = work[10], work[5]
         # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
-        items, words = _sorted_words(keys_b, None, n, nbits, work)
+        wide = (work[0], work[1], work[2], work[3], work[4])  # a 64-bit key's sort (see _sorted_words)
+        items, words = _sorted_words(keys_b, None, n, nbits, work[7], work[8], work[9], wide)
         y_tied = _has_ties(items, n)
         ytie = rank = start = 0
         if nbits == 32:  # the words of x written here, in y's order (in the spare array), and their histograms
@@ -259,7 +260,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         if nbits == 32:
             items = _sort_packed(words, n, items, count)[0]
         else:
-            items = _sorted_words(perm_keys, dense, n, nbits, work)[0]
+            items = _sorted_words(perm_keys, dense, n, nbits, work[7], work[8], work[9], wide)[0]
         xtie = ntie = group = run_start = 0
         if _has_ties(items, n):
             for p in range(n):
@@ -315,6 +316,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         total = num_classes * (num_classes - 1) // 2
         for block in prange(num_blocks):
             work = _workspace(num_classes, bits_a)
+            items, spare, count, wide = work[7], work[8], work[9], (work[0], work[1], work[2], work[3], work[4])
             keys_a = np.empty(num_classes, bits_a.dtype)
             keys_b = np.empty(num_classes, bits_a.dtype)
             ranks_a = np.empty(num_classes, np.int64)
@@ -340,10 +342,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                         defined[row] = True
                     continue
                 # Four times the sums of squares and products of the centered average ranks (integer terms).
-                sxx = _rank_sums(_sorted_words(keys_a, None, num_classes, nbits, work)[0], num_classes, ends,
-                                 ranks_a, True, zero)[0]
-                syy, sxy = _rank_sums(_sorted_words(keys_b, None, num_classes, nbits, work)[0], num_classes, ends,
-                                      ranks_a, False, zero)
+                sorted_a = _sorted_words(keys_a, None, num_classes, nbits, items, spare, count, wide)[0]
+                sxx = _rank_sums(sorted_a, num_classes, ends, ranks_a, True, zero)[0]
+                sorted_b = _sorted_words(keys_b, None, num_classes, nbits, items, spare, count, wide)[0]
+                syy, sxy = _rank_sums(sorted_b, num_classes, ends, ranks_a, False, zero)
                 if sxx > 0 and syy > 0:
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
                     defined[row] = True
