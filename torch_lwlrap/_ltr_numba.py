@@ -161,20 +161,19 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     _BELOW = np.array([0, 1, 0x10001, 0x100010001], np.uint64)
 
     @serial_kernel
-    def _inversions(sequence, n, rank, work, distinct):
+    def _inversions(sequence, n, rank, distinct, bitset, nodes, ones):
         """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (words' lower halves), values
         in ``[1, rank]``: a trie over the values' digits, highest first, read once, branch-free. ``distinct`` values
         up to :data:`BITSET_MAX_RANK`: :func:`_inversions_distinct`; else up to 65535 values a 4-ary trie
         (:func:`_inversions_4ary`); more, a binary trie whose node ``ones[node]`` counts the values read so far
         that went on to its upper half (a value that goes to the lower half is below all of them)."""
         if distinct and rank <= BITSET_MAX_RANK:
-            return _inversions_distinct(sequence, n, rank, work[12])
+            return _inversions_distinct(sequence, n, rank, bitset)
         levels = 0
         while (1 << levels) <= rank:
             levels += 1
         if n <= 0xFFFF:
-            return _inversions_4ary(sequence, n, (levels + 1) >> 1, work[11])
-        ones = work[6]
+            return _inversions_4ary(sequence, n, (levels + 1) >> 1, nodes)
         ones[: 2 << levels] = 0
         dis = 0
         for p in range(n):
@@ -230,16 +229,15 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return np.int64(dis)
 
     @serial_kernel
-    def _kendall_counts(keys_a, keys_b, n, nbits, work):
-        """``(dis, xtie, ytie, ntie)`` of the keys ``[:n]`` of two rows (see the module's docstring)."""
-        perm_keys, dense = work[10], work[5]
+    def _kendall_counts(keys_a, keys_b, n, nbits, items, spare, count, wide, perm_keys, dense, tries):
+        """``(dis, xtie, ytie, ntie)`` of the keys ``[:n]`` of two rows (see the module's docstring); the arrays of
+        :func:`_sorted_words`, then ``x``'s keys in ``y``'s order and ``y``'s dense ranks (a 64-bit key's way), and
+        the tries of :func:`_inversions` (``bitset, nodes, ones``)."""
         # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
-        wide = (work[0], work[1], work[2], work[3], work[4])  # a 64-bit key's sort (see _sorted_words)
-        items, words = _sorted_words(keys_b, None, n, nbits, work[7], work[8], work[9], wide)
+        items, words = _sorted_words(keys_b, None, n, nbits, items, spare, count, wide)
         y_tied = _has_ties(items, n)
         ytie = rank = start = 0
         if nbits == 32:  # the words of x written here, in y's order (in the spare array), and their histograms
-            count = work[9]
             count[:] = 0
         for p in range(n):
             if y_tied:
@@ -260,7 +258,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         if nbits == 32:
             items = _sort_packed(words, n, items, count)[0]
         else:
-            items = _sorted_words(perm_keys, dense, n, nbits, work[7], work[8], work[9], wide)[0]
+            items = _sorted_words(perm_keys, dense, n, nbits, items, words, count, wide)[0]
         xtie = ntie = group = run_start = 0
         if _has_ties(items, n):
             for p in range(n):
@@ -269,7 +267,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 run_start = p if changed != 0 else run_start
                 xtie += p - group
                 ntie += p - run_start
-        return _inversions(items, n, rank, work, not y_tied), xtie, ytie, ntie
+        bitset, nodes, ones = tries
+        return _inversions(items, n, rank, not y_tied, bitset, nodes, ones), xtie, ytie, ntie
 
     @serial_kernel
     def _workspace(num_classes, bits):
@@ -317,6 +316,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         for block in prange(num_blocks):
             work = _workspace(num_classes, bits_a)
             items, spare, count, wide = work[7], work[8], work[9], (work[0], work[1], work[2], work[3], work[4])
+            tries = (work[12], work[11], work[6])
             keys_a = np.empty(num_classes, bits_a.dtype)
             keys_b = np.empty(num_classes, bits_a.dtype)
             ranks_a = np.empty(num_classes, np.int64)
@@ -335,7 +335,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     value[row] = np.nan
                     continue
                 if kendall:
-                    dis, xtie, ytie, ntie = _kendall_counts(keys_a, keys_b, num_classes, nbits, work)
+                    dis, xtie, ytie, ntie = _kendall_counts(keys_a, keys_b, num_classes, nbits, items, spare, count, wide,
+                                                            work[10], work[5], tries)
                     if xtie < total and ytie < total:
                         tau = (total - xtie - ytie + ntie - 2 * dis) / np.sqrt(total - xtie) / np.sqrt(total - ytie)
                         value[row] = min(1.0, max(-1.0, tau))
@@ -605,6 +606,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     for p in range(n):
                         keys_a[p] = _key(bits_a[row, union[p]], nbits)
                         keys_b[p] = _key(bits_b[row, union[p]], nbits)
-                    dis, xtie, ytie, ntie = _kendall_counts(keys_a, keys_b, n, nbits, work)
+                    dis, xtie, ytie, ntie = _kendall_counts(keys_a, keys_b, n, nbits, work[7], work[8], work[9],
+                                                            (work[0], work[1], work[2], work[3], work[4]), work[10],
+                                                            work[5], (work[12], work[11], work[6]))
                     twice = 2 * dis + xtie + ytie - 2 * ntie
                 out[row] = twice / (n * (n - 1))
