@@ -22,8 +22,8 @@ def _sorted(values, bits, nbits):
     keys = np.empty(n, bits.dtype)
     for j in range(n):
         keys[j] = _key(bits[j], nbits)
-    work = _workspace(n, bits)
-    return _sorted_words(keys, None, n, nbits, work[7], work[8], work[9], work[:5])[0][:n].copy()
+    wide, items, spare, count, _, _, _ = _workspace(n, bits)
+    return _sorted_words(keys, None, n, nbits, items, spare, count, wide)[0][:n].copy()
 
 
 def _rows(rng, n, dtype):

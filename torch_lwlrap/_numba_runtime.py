@@ -198,13 +198,14 @@ class SpeedChoice:
     """Which variant of a kernel runs next, from the timings of this process's own calls.
 
     Calls are told apart by a key (the kernel, the kind of work that :func:`run` is told, the thread count and the
-    size class: the bit length of the number of scores). For each key it keeps the last ``kept`` timings of each variant, in seconds per score, and takes the
-    variant whose median recent timing is lower (a median, not the best: on cores that other threads keep busy a
-    parallel region is now and then as fast as on idle ones, and mostly far slower). The first ``warmup`` timings of
-    each variant and key are not kept: a variant's first calls at a size pay for what later calls find ready (fresh
-    workspaces' pages, the threads' first wake; a parallel region's first timed call took up to 3 times as long as
-    the next ones), and one such timing against the other variant's first could keep the slower variant for a
-    dozen calls. The other variant is tried once after ``reprobe_min`` calls, then
+    size class: the bit length of the number of scores). For each key it keeps the last ``kept`` timings of each
+    variant, in seconds per score, and takes the variant whose median recent timing is lower (a median, not the
+    best: on cores that other threads keep busy a parallel region is now and then as fast as on idle ones, and
+    mostly far slower). The first ``warmup`` timings of each variant and key are not kept: a variant's first calls
+    at a size pay for what later calls find ready (fresh workspaces' pages, the threads' first wake; a parallel
+    region's first timed call took up to 3 times as long as the next ones), and one such timing against the other
+    variant's first could keep the slower variant for a dozen calls. The other variant is tried once after
+    ``reprobe_min`` calls, then
     after twice as many each time it loses again (up to ``reprobe_max``), and again after ``reprobe_min`` once it
     wins. A machine that gets busy (or idle) is followed within a few calls of the variant in use, or at the next try
     of the other one.
@@ -317,8 +318,8 @@ def run(kernel: ParallelAndSerial, scores: int, *args, workload=None):
     here (:class:`SpeedChoice`) and no other thread is in a parallel region, else the serial variant.
 
     ``workload``: a hashable label of the work per score where one kernel does different work by its arguments
-    (Spearman or Kendall; the size class of the k of a top k): each has its own timings. Mixed, the faster work's timings of one
-    variant would be weighed against the slower work's of the other."""
+    (Spearman or Kendall; the size class of the k of a top k): each has its own timings. Mixed, the faster work's
+    timings of one variant would be weighed against the slower work's of the other."""
     threads = threads_for(scores)
     if threads < 2:
         return kernel.serial(*args)

@@ -9,9 +9,9 @@ NEON), the same values on any of them.
 * :func:`lanes_max`: the highest of ``LANES`` entries (a tree of ``>`` and select: with a NaN among them, one of
   the entries, never an error; the callers test for NaN first or take any value).
 * :func:`lanes_store_max`: ``dst[d : d + LANES]`` set to the higher of ``a[i : i + LANES]`` and
-  ``b[j : j + LANES]``, entry by entry (the same select); returns the bit mask of the entries where either is NaN. Accumulate in a loop that keeps ``d`` fixed: LLVM then
-  keeps the running maxima in registers (a vector load of what a store has just written can miss the store's
-  forwarding where it crosses a cache line, a stall each time).
+  ``b[j : j + LANES]``, entry by entry (the same select); returns the bit mask of the entries where either is NaN.
+  Accumulate in a loop that keeps ``d`` fixed: LLVM then keeps the running maxima in registers (a vector load of
+  what a store has just written can miss the store's forwarding where it crosses a cache line, a stall each time).
 * :func:`lanes_ge`, :func:`lanes_gt`, :func:`lanes_lt`, :func:`lanes_eq`: a bit mask, bit ``i`` set when entry
   ``start + i`` is ``>=``, ``>``, ``<``, ``==`` a scalar (ordered comparisons: a NaN sets no bit).
 * :func:`lanes_exclusive_sum`: ``LANES`` uint32 counters replaced by their running sum before each (a radix sort's
