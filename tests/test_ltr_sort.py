@@ -5,6 +5,11 @@ float64 keys (their own sort, then dense ranks)."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -23,7 +28,8 @@ def _sorted(values, bits, nbits):
     for j in range(n):
         keys[j] = _key(bits[j], nbits)
     wide, items, spare, count, _, _, _ = _workspace(n, bits)
-    return _sorted_words(keys, None, n, nbits, items, spare, count, wide)[0][:n].copy()
+    in_spare = _sorted_words(keys, None, n, nbits, items, spare, count, wide)
+    return (spare if in_spare else items)[:n].copy()
 
 
 def _rows(rng, n, dtype):
@@ -85,3 +91,35 @@ def test_the_insertion_sort_finishes_within_its_budget_or_says_it_gave_up():
         items = backwards.copy()
         assert _settle(items, n, n) == (n * (n - 1) // 2 <= n)
         assert sorted(items.tolist()) == expected.tolist()  # given up or not: the same words
+
+
+_REFERENCES_SCRIPT = r"""
+import re, numpy as np, torch
+from torch_lwlrap import _ltr_numba as L
+for nbits, dtype in ((32, torch.float32), (64, torch.float64)):
+    _, bits_a, nb = L._bits(torch.rand(4, 40, dtype=dtype))
+    _, bits_b, _ = L._bits(torch.rand(4, 40, dtype=dtype))
+    for kendall in (False, True):
+        L._correlation_kernel.serial(bits_a, bits_b, nb, kendall, True, np.zeros(4), np.zeros(4, np.bool_), np.int64(0))
+for code in L._correlation_kernel.serial.inspect_llvm().values():
+    function = None
+    for line in code.splitlines():
+        found = re.match(r'define [^@]*@"?([^"(]+)', line)
+        if found:
+            function = found.group(1)
+        elif function and re.search(r"call [^@]*@NRT_(incref|decref)", line):
+            print(function)
+"""
+
+
+def test_a_rows_work_takes_no_reference_counts(tmp_path):
+    """The functions the correlation kernel's rows call (the sorts, ranks, counts and tries) are compiled without
+    numba's reference counts (``borrowing_kernel``): compiled afresh (an empty cache directory, so that numba keeps
+    the code's text), only the kernel itself and its workspace's allocation take or drop a reference."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", _REFERENCES_SCRIPT], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counted = {re.sub(r"B\d+v\d+B.*", "", name) for name in result.stdout.split()}
+    assert counted, "no function of the kernel counted a reference: the kernel's text was not read"
+    assert all(name.endswith(("_correlation_kernel_serial", "_workspace")) for name in counted), sorted(counted)

@@ -56,7 +56,7 @@ from torch_lwlrap._kernel_contract import SCORE_DTYPES
 from torch_lwlrap._ltr_sort import DIGIT_BITS
 from torch_lwlrap._numba_vector import LANES, NETWORK_WIDTHS
 from torch_lwlrap import _numba_runtime
-from torch_lwlrap._numba_runtime import numba, parallel_and_serial, prange, run, serial_kernel
+from torch_lwlrap._numba_runtime import borrowing_kernel, numba, parallel_and_serial, prange, run, serial_kernel
 
 __all__ = ["unavailable_reason", "correlation_rows", "distance_rows"]
 
@@ -160,7 +160,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     #: One in each 16-bit counter below ``x`` (:func:`_inversions_4ary`).
     _BELOW = np.array([0, 1, 0x10001, 0x100010001], np.uint64)
 
-    @serial_kernel
+    @borrowing_kernel
     def _inversions(sequence, n, rank, distinct, bitset, nodes, ones):
         """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (words' lower halves), values
         in ``[1, rank]``: a trie over the values' digits, highest first, read once, branch-free. ``distinct`` values
@@ -186,7 +186,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 node = 2 * node + bit
         return dis
 
-    @serial_kernel
+    @borrowing_kernel
     def _inversions_distinct(sequence, n, rank, work):
         """:func:`_inversions` of distinct values up to :data:`BITSET_MAX_RANK`: a bitset of the values read
         (``work[:16]``) counts those above a value in its word (shift, popcount), a 4-ary trie over the word index
@@ -210,7 +210,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             work[np.uint64(20) + x] = node + _BELOW[y]
         return np.int64(dis)
 
-    @serial_kernel
+    @borrowing_kernel
     def _inversions_4ary(sequence, n, digits, nodes):
         """:func:`_inversions` over ``digits`` 2-bit digits: a node is a word of four 16-bit counters, counter ``k``
         the values read so far whose digit there is above ``k``; digit ``x`` reads counter ``x`` (the fourth stays
@@ -228,13 +228,15 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 node = (node << np.uint64(2)) + x
         return np.int64(dis)
 
-    @serial_kernel
+    @borrowing_kernel
     def _kendall_counts(keys_a, keys_b, n, nbits, items, spare, count, wide, perm_keys, dense, tries):
         """``(dis, xtie, ytie, ntie)`` of the keys ``[:n]`` of two rows (see the module's docstring); the arrays of
         :func:`_sorted_words`, then ``x``'s keys in ``y``'s order and ``y``'s dense ranks (a 64-bit key's way), and
         the tries of :func:`_inversions` (``bitset, nodes, ones``)."""
         # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
-        items, words = _sorted_words(keys_b, None, n, nbits, items, spare, count, wide)
+        if _sorted_words(keys_b, None, n, nbits, items, spare, count, wide):
+            items, spare = spare, items
+        words = spare
         y_tied = _has_ties(items, n)
         ytie = rank = start = 0
         if nbits == 32:  # the words of x written here, in y's order (in the spare array), and their histograms
@@ -256,9 +258,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 perm_keys[p] = key
         # x: sorted from y's order (stable: by x, then y), carrying y's dense rank.
         if nbits == 32:
-            items = _sort_packed(words, n, items, count)[0]
-        else:
-            items = _sorted_words(perm_keys, dense, n, nbits, items, words, count, wide)[0]
+            if not _sort_packed(words, n, items, count):
+                items = words
+        elif _sorted_words(perm_keys, dense, n, nbits, items, words, count, wide):
+            items = words
         xtie = ntie = group = run_start = 0
         if _has_ties(items, n):
             for p in range(n):
@@ -286,7 +289,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return (wide, np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty((4, 1 << DIGIT_BITS), np.uint32),
                 np.empty(n, bits.dtype), np.empty(n, np.int32), tries)
 
-    @serial_kernel
+    @borrowing_kernel
     def _rank_sums(items, n, ends, ranks, first, zero):
         """Over sorted words (:func:`_sorted_words`), twice the centered average rank ``r`` of each entry (group
         ``[start, end)`` of equal keys: ``start + end - n``): ``(sum of r * r, sum of products)`` in ``zero``'s type.
@@ -312,6 +315,17 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             else:
                 products += r * ranks[col]
         return squares, products
+
+    @borrowing_kernel
+    def _spearman_sums(keys_a, keys_b, n, nbits, items, spare, count, wide, ends, ranks, zero):
+        """Four times the sums of squares and products of the centered average ranks of the keys ``[:n]`` of two
+        rows, ``(sxx, syy, sxy)`` in ``zero``'s type (integer terms): :func:`_sorted_words`, then
+        :func:`_rank_sums`."""
+        in_spare = _sorted_words(keys_a, None, n, nbits, items, spare, count, wide)
+        sxx = _rank_sums(spare if in_spare else items, n, ends, ranks, True, zero)[0]
+        in_spare = _sorted_words(keys_b, None, n, nbits, items, spare, count, wide)
+        syy, sxy = _rank_sums(spare if in_spare else items, n, ends, ranks, False, zero)
+        return sxx, syy, sxy
 
     @parallel_and_serial
     def _correlation_kernel(bits_a, bits_b, nbits, kendall, check_nan, value, defined, zero):
@@ -345,11 +359,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                         value[row] = min(1.0, max(-1.0, tau))
                         defined[row] = True
                     continue
-                # Four times the sums of squares and products of the centered average ranks (integer terms).
-                sorted_a = _sorted_words(keys_a, None, num_classes, nbits, items, spare, count, wide)[0]
-                sxx = _rank_sums(sorted_a, num_classes, ends, ranks_a, True, zero)[0]
-                sorted_b = _sorted_words(keys_b, None, num_classes, nbits, items, spare, count, wide)[0]
-                syy, sxy = _rank_sums(sorted_b, num_classes, ends, ranks_a, False, zero)
+                sxx, syy, sxy = _spearman_sums(keys_a, keys_b, num_classes, nbits, items, spare, count, wide, ends,
+                                               ranks_a, zero)
                 if sxx > 0 and syy > 0:
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
                     defined[row] = True

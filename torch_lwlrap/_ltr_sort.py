@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_lwlrap._numba_runtime import numba, serial_kernel
+from torch_lwlrap._numba_runtime import borrowing_kernel, numba, serial_kernel
 from torch_lwlrap._numba_vector import LANES
 
 __all__ = ["DIGIT_BITS", "INSERTION_MAX"]
@@ -59,7 +59,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             return (np.int64(bits) & np.int64(0x7FFFFFFF)) > np.int64(0x7F800000)
         return (np.int64(bits) & np.int64(0x7FFFFFFFFFFFFFFF)) > np.int64(0x7FF0000000000000)
 
-    @serial_kernel
+    @borrowing_kernel
     def _has_nan(bits, start, stop, nbits):
         """Whether a float of ``bits[start:stop]`` is a NaN (:func:`_is_nan`)."""
         found = False
@@ -67,7 +67,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             found |= _is_nan(bits[j], nbits)
         return found
 
-    @serial_kernel
+    @borrowing_kernel
     def _starts(count, base):
         """Each digit's first place: the histogram ``count[base : base + 256]`` (uint32) replaced by the running sum
         before each digit, a vector of counters at a time (8 times as fast as one at a time)."""
@@ -75,7 +75,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         for d in range(base, base + (1 << DIGIT_BITS), LANES):
             total = lanes_exclusive_sum(count, d, total)
 
-    @serial_kernel
+    @borrowing_kernel
     def _sort(keys, cols, n, nbits, tmp_keys, tmp_cols, count):
         """Sort ``keys[:n]`` ascending, stably, moving ``cols[:n]`` along. ``count``: ``8 * 256`` uint32 entries."""
         if n <= INSERTION_MAX:
@@ -118,10 +118,10 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 _scatter(keys, cols, tmp_keys, tmp_cols, n, count, base, s)
             moved = not moved
         if moved:
-            keys[:n] = tmp_keys[:n]
-            cols[:n] = tmp_cols[:n]
+            for j in range(n):
+                keys[j], cols[j] = tmp_keys[j], tmp_cols[j]
 
-    @serial_kernel
+    @borrowing_kernel
     def _scatter(src_keys, src_cols, dst_keys, dst_cols, n, count, base, s):
         """One pass of the radix sort: each entry to the next place of its digit (``count[base + digit]``)."""
         for j in range(n):
@@ -132,7 +132,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             dst_cols[at] = src_cols[j]
             count[d] = at + 1
 
-    @serial_kernel
+    @borrowing_kernel
     def _count_key(count, key):
         """Add a 32-bit key to the histograms of its upper three digits, those :func:`_sort_packed` sorts by (as the
         caller writes its word)."""
@@ -140,7 +140,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         count[2, (key >> np.uint32(16)) & np.uint32(0xFF)] += np.uint32(1)
         count[3, key >> np.uint32(24)] += np.uint32(1)
 
-    @serial_kernel
+    @borrowing_kernel
     def _count_words(items, n, count):
         """The histograms of all four digits of the keys of the words ``items[:n]`` (``count`` zeroed here)."""
         count[:] = 0
@@ -149,7 +149,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             count[0, key & np.uint32(0xFF)] += np.uint32(1)
             _count_key(count, key)
 
-    @serial_kernel
+    @borrowing_kernel
     def _settle(items, n, budget):
         """Insertion sort of the words ``items[:n]``, nearly sorted, that gives up once its moves exceed ``budget``
         (tested after each word it places, so the words stay a permutation): whether it finished (then they are
@@ -169,36 +169,38 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                 return False
         return True
 
-    @serial_kernel
+    @borrowing_kernel
     def _sort_packed(items, n, tmp, count):
         """Sort ``items[:n]``, words ``key << 32 | payload``, ascending, stably by key; ``count``: the histograms of the
-        keys' upper three digits (:func:`_count_key`). Returns ``(sorted, spare)``: ``items`` and ``tmp``, the
-        result's first. Payloads never decrease in the input order, so the words end ascending, and any sort of the
-        words gives the one result: three radix passes, by the upper 24 bits of the keys, then an insertion sort of
-        the words (:func:`_settle`) orders the few whose keys share those bits (about one pair a row of 527 continuous
-        scores: 1.2 times as fast as the fourth pass). Where that takes more than ``n`` moves (many scores within
-        one band of 2**-15 of their size), all four passes sort the words again from there (the equal keys are
-        still in payload order), and a row whose keys all share those bits goes to the four passes (three of them
-        skipped) at once. Such rows take up to 1.75 times as long as four passes alone (half of a row's scores
-        within 256 ulps of 1.0); no row of 527 gave up among scores from ``randn``, its sigmoid, or the softmax or
-        sigmoid of logits as small as ``0.01 * randn``."""
+        keys' upper three digits (:func:`_count_key`). Returns whether the result is in ``tmp`` (else in ``items``;
+        the other array then holds no meaning). Payloads never decrease in the input order, so the words end
+        ascending, and any sort of the words gives the one result: three radix passes, by the upper 24 bits of the
+        keys, then an insertion sort of the words (:func:`_settle`) orders the few whose keys share those bits (about
+        one pair a row of 527 continuous scores: 1.2 times as fast as the fourth pass). Where that takes more than
+        ``n`` moves (many scores within one band of 2**-15 of their size), all four passes sort the words again from
+        there (the equal keys are still in payload order), and a row whose keys all share those bits goes to the
+        four passes (three of them skipped) at once. Such rows take up to 1.75 times as long as four passes alone
+        (half of a row's scores within 256 ulps of 1.0); no row of 527 gave up among scores from ``randn``, its
+        sigmoid, or the softmax or sigmoid of logits as small as ``0.01 * randn``."""
         if n <= INSERTION_MAX:
             _settle(items, n, n * n)
-            return items, tmp
+            return False
         shared = True  # all the keys share their upper 24 bits: the lowest digit's pass alone sorts them
         for p in range(1, 4):
             shared &= count[p, (items[0] >> np.uint64(32 + DIGIT_BITS * p)) & _DIGIT_MASK] == n
-        if not shared:
-            items, tmp = _radix_packed(items, n, tmp, count, 1)
+        in_tmp = False
+        if not shared and _radix_packed(items, n, tmp, count, 1):
+            items, tmp, in_tmp = tmp, items, True
         if shared or not _settle(items, n, n):
             _count_words(items, n, count)
-            items, tmp = _radix_packed(items, n, tmp, count, 0)
-        return items, tmp
+            if _radix_packed(items, n, tmp, count, 0):
+                in_tmp = not in_tmp
+        return in_tmp
 
-    @serial_kernel
+    @borrowing_kernel
     def _radix_packed(items, n, tmp, count, first):
-        """The radix passes ``first`` to 3 of :func:`_sort_packed` (``count[first:]`` consumed): ``(sorted,
-        spare)``. One word moves per entry and pass: 1.4 times as fast as :func:`_sort`."""
+        """The radix passes ``first`` to 3 of :func:`_sort_packed` (``count[first:]`` consumed); returns whether the
+        result is in ``tmp``. One word moves per entry and pass: 1.4 times as fast as :func:`_sort`."""
         moved = False  # True: the entries are in tmp
         for p in range(first, 4):
             s = np.uint64(32 + DIGIT_BITS * p)
@@ -218,9 +220,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             else:
                 _scatter_packed(items, tmp, n, digits, s)
             moved = not moved
-        return (tmp, items) if moved else (items, tmp)
+        return moved
 
-    @serial_kernel
+    @borrowing_kernel
     def _scatter_packed(src, dst, n, digits, s):
         """One pass of :func:`_sort_packed`: each word to the next place of its digit (``digits[digit]``)."""
         for j in range(n):
@@ -230,7 +232,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             dst[np.uint64(at)] = item
             digits[d] = at + np.uint32(1)
 
-    @serial_kernel
+    @borrowing_kernel
     def _scatter_packed_top(src, dst, n, digits, s):
         """:func:`_scatter_packed` for the top digit, which takes few values (sign, high exponent bits): four words
         at a time, each word's place its digit's counter plus the earlier words of the four with the same digit, so
@@ -249,14 +251,12 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             digits[d0], digits[d1], digits[d2], digits[d3] = at0 + one, at1 + one, at2 + one, at3 + one
         _scatter_packed(src[end:], dst, n - end, digits, s)
 
-    @serial_kernel
+    @borrowing_kernel
     def _sorted_words(keys, payload, n, nbits, items, spare, count, wide):
-        """``(sorted, spare)`` (``items`` and ``spare`` in some order): the words ``rank << 32 | payload[j]`` of
-        ``keys[:n]`` sorted, stably, ``rank`` the 32-bit key or a 64-bit key's dense rank (sorted by :func:`_sort`
-        first, with ``wide``: its keys, columns, their spares and its counts); ``payload``: None for the column
-        ``j``; ``count``: the packed sort's histograms. The arrays are passed one by one, not as the kernels' whole
-        workspace: numba took and dropped a reference to each of a tuple's 13 arrays at each call (Spearman 1.03
-        times as fast)."""
+        """The words ``rank << 32 | payload[j]`` of ``keys[:n]`` sorted, stably, ``rank`` the 32-bit key or a 64-bit
+        key's dense rank (sorted by :func:`_sort` first, with ``wide``: its keys, columns, their spares and its
+        counts); ``payload``: None for the column ``j``; ``count``: the packed sort's histograms. Returns whether
+        the words are in ``spare`` (else in ``items``)."""
         if nbits == 32:
             count[:] = 0
             for j in range(n):
@@ -273,9 +273,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             rank += np.uint64(p > 0 and sorted_keys[p] != sorted_keys[p - 1])
             j = cols[p]
             items[p] = (rank << np.uint64(32)) | np.uint64(j if payload is None else payload[j])
-        return items, spare
+        return False
 
-    @serial_kernel
+    @borrowing_kernel
     def _has_ties(items, n):
         """Whether two of the sorted words ``items[:n]`` share their key (upper half): one vectorized read."""
         tied = False

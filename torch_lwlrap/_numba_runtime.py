@@ -312,6 +312,20 @@ def serial_kernel(func: Callable = None, **options):
     return njit(cache=True, nogil=True, **options)(func)
 
 
+def borrowing_kernel(func: Callable) -> Callable:
+    """:func:`serial_kernel` compiled without numba's reference counts (``_nrt=False``): for the functions a row's
+    work calls, which only read and write arrays they are given. numba otherwise takes and drops a reference to an
+    array argument in each call, and to each view it makes and each array it returns, an atomic instruction each
+    (a few dozen a row in the rank-agreement kernels, an eighth of their time).
+
+    Such a function must not allocate, return an array, or keep one (an array it is given, a view of one, or one
+    another borrowing function swaps it with is fine); it may call other borrowing functions and take tuples of
+    arrays. numba refuses to compile one that allocates ("NRT required but not enabled"), and compiles the
+    functions it calls without reference counts too. ``tests/test_ltr_sort.py`` checks that a rank-agreement row's
+    work takes no reference outside the kernel itself."""
+    return njit(cache=True, nogil=True, _nrt=False)(func)
+
+
 def run(kernel: ParallelAndSerial, scores: int, *args, workload=None):
     """Run a kernel compiled with :func:`parallel_and_serial` on a pass over ``scores`` scores (or items): the
     parallel variant on :func:`threads_for` threads where that is more than one, it has been the faster variant
