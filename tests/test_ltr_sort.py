@@ -18,7 +18,7 @@ pytest.importorskip("numba")
 from numba import njit  # noqa: E402
 
 from torch_lwlrap._ltr_numba import _workspace  # noqa: E402
-from torch_lwlrap._ltr_sort import INSERTION_MAX, _key, _settle, _sorted_words  # noqa: E402
+from torch_lwlrap._ltr_sort import INSERTION_MAX, _key, _settle, _sorted_words, _sorted_words_pair  # noqa: E402
 
 
 @njit
@@ -32,11 +32,34 @@ def _sorted(values, bits, nbits):
     return (spare if in_spare else items)[:n].copy()
 
 
+@njit
+def _sorted_pair(bits_a, bits_b, nbits):
+    n = bits_a.shape[0]
+    keys_a, keys_b = np.empty(n, bits_a.dtype), np.empty(n, bits_a.dtype)
+    for j in range(n):
+        keys_a[j], keys_b[j] = _key(bits_a[j], nbits), _key(bits_b[j], nbits)
+    wide, items, spare, count, _, _, _ = _workspace(n, bits_a)
+    pair_b = (np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty_like(count))
+    in_spare_a, in_spare_b = _sorted_words_pair(keys_a, keys_b, n, nbits, (items, spare, count), pair_b, wide)
+    return ((spare if in_spare_a else items)[:n].copy(), (pair_b[1] if in_spare_b else pair_b[0])[:n].copy())
+
+
+def _check_words(words, values, dtype, message):
+    """The sorted words of ``values``: columns in numpy's stable order, keys equal exactly where values tie."""
+    order = np.argsort(values + dtype(0.0), kind="stable")  # + 0.0: -0.0 ties with 0.0
+    np.testing.assert_array_equal(words & 0xFFFFFFFF, order, err_msg=message)
+    ranks = words >> np.uint64(32)  # the key (float32) or the dense rank (float64): equal exactly for ties
+    ordered = values[order]
+    tied = ordered[1:] == ordered[:-1]
+    assert (ranks[1:][tied] == ranks[:-1][tied]).all() and (ranks[1:][~tied] > ranks[:-1][~tied]).all(), message
+
+
 def _rows(rng, n, dtype):
     yield rng.uniform(0.5, 1.0, n)  # one top digit (the pass is skipped)
     yield rng.uniform(0.0, 1.0, n)  # two or three
     yield rng.standard_normal(n) * 3  # a few, both signs
     yield rng.integers(-3, 4, n).astype(float)  # ties, zeros
+    yield rng.integers(1, 8, n).astype(float)  # float32: the lowest sorted digit's pass skipped, the next one's not
     row = rng.standard_normal(n) * 1e30
     row[rng.integers(0, n, max(1, n // 8))] = np.inf
     row[rng.integers(0, n, max(1, n // 8))] = -np.inf
@@ -66,12 +89,23 @@ def test_sorted_words_follow_numpys_stable_order(dtype):
             values = row.astype(dtype)
             words = _sorted(values, values.view(np.uint32 if dtype == np.float32 else np.uint64),
                             32 if dtype == np.float32 else 64)
-            order = np.argsort(values + dtype(0.0), kind="stable")  # + 0.0: -0.0 ties with 0.0
-            np.testing.assert_array_equal(words & 0xFFFFFFFF, order, err_msg=f"n {n} case {case}")
-            ranks = words >> np.uint64(32)  # the key (float32) or the dense rank (float64): equal exactly for ties
-            ordered = values[order]
-            tied = ordered[1:] == ordered[:-1]
-            assert (ranks[1:][tied] == ranks[:-1][tied]).all() and (ranks[1:][~tied] > ranks[:-1][~tied]).all(), n
+            _check_words(words, values, dtype, f"n {n} case {case}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_two_rows_sorted_side_by_side_each_follow_numpys_stable_order(dtype):
+    """Spearman's rows are sorted in pairs (the middle digits' passes in one loop): every pairing of the kinds of
+    row above, so that one row's pass runs where the other's is skipped, one row takes the shortcut or falls back to
+    the four passes while the other does not, and rows at the insertion sort's limit."""
+    rng = np.random.default_rng(2)
+    uint, nbits = (np.uint32, 32) if dtype == np.float32 else (np.uint64, 64)
+    for n in (INSERTION_MAX, INSERTION_MAX + 1, 67, 527):
+        rows = [row.astype(dtype) for row in _rows(rng, n, dtype)]
+        for case_a, values_a in enumerate(rows):
+            for case_b, values_b in enumerate(rows):
+                words_a, words_b = _sorted_pair(values_a.view(uint), values_b.view(uint), nbits)
+                _check_words(words_a, values_a, dtype, f"n {n} cases {case_a}, {case_b}: the first row")
+                _check_words(words_b, values_b, dtype, f"n {n} cases {case_a}, {case_b}: the second row")
 
 
 def test_the_insertion_sort_finishes_within_its_budget_or_says_it_gave_up():

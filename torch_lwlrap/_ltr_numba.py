@@ -149,7 +149,7 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
     from torch_lwlrap._ltr_sort import (
-        _LOW, _count_key, _has_nan, _has_ties, _is_nan, _key, _sort, _sort_packed, _sorted_words,
+        _LOW, _count_key, _has_nan, _has_ties, _is_nan, _key, _sort, _sort_packed, _sorted_words, _sorted_words_pair,
     )
 
     from torch_lwlrap._numba_vector import (
@@ -317,14 +317,16 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return squares, products
 
     @borrowing_kernel
-    def _spearman_sums(keys_a, keys_b, n, nbits, items, spare, count, wide, ends, ranks, zero):
+    def _spearman_sums(keys_a, keys_b, n, nbits, pair_a, pair_b, wide, ends, ranks, zero):
         """Four times the sums of squares and products of the centered average ranks of the keys ``[:n]`` of two
-        rows, ``(sxx, syy, sxy)`` in ``zero``'s type (integer terms): :func:`_sorted_words`, then
+        rows, ``(sxx, syy, sxy)`` in ``zero``'s type (integer terms): both rows sorted side by side
+        (:func:`_sorted_words_pair`; ``pair_a``, ``pair_b``: each row's words, spare and histograms), then
         :func:`_rank_sums`."""
-        in_spare = _sorted_words(keys_a, None, n, nbits, items, spare, count, wide)
-        sxx = _rank_sums(spare if in_spare else items, n, ends, ranks, True, zero)[0]
-        in_spare = _sorted_words(keys_b, None, n, nbits, items, spare, count, wide)
-        syy, sxy = _rank_sums(spare if in_spare else items, n, ends, ranks, False, zero)
+        in_spare_a, in_spare_b = _sorted_words_pair(keys_a, keys_b, n, nbits, pair_a, pair_b, wide)
+        items, spare, _ = pair_a
+        sxx = _rank_sums(spare if in_spare_a else items, n, ends, ranks, True, zero)[0]
+        items, spare, _ = pair_b
+        syy, sxy = _rank_sums(spare if in_spare_b else items, n, ends, ranks, False, zero)
         return sxx, syy, sxy
 
     @parallel_and_serial
@@ -338,6 +340,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             keys_b = np.empty(num_classes, bits_a.dtype)
             ranks_a = np.empty(num_classes, np.int64)
             ends = np.empty(num_classes, np.int64)
+            pair_b = (np.empty(num_classes, np.uint64), np.empty(num_classes, np.uint64), np.empty_like(count))
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
                 if row + 1 < num_rows:  # the next pair of rows on its way from memory while this one is ranked
                     prefetch_row(bits_a, row + 1)
@@ -359,8 +362,8 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                         value[row] = min(1.0, max(-1.0, tau))
                         defined[row] = True
                     continue
-                sxx, syy, sxy = _spearman_sums(keys_a, keys_b, num_classes, nbits, items, spare, count, wide, ends,
-                                               ranks_a, zero)
+                sxx, syy, sxy = _spearman_sums(keys_a, keys_b, num_classes, nbits, (items, spare, count), pair_b,
+                                               wide, ends, ranks_a, zero)
                 if sxx > 0 and syy > 0:
                     value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
                     defined[row] = True

@@ -10,7 +10,10 @@ share the upper 24 bits of their keys (where many do, the words are sorted again
 do, the lowest digit's pass alone sorts them). Each pass's first places are a running sum over its histogram, in
 vectors (:func:`torch_lwlrap._numba_vector.lanes_exclusive_sum`); the top digit (sign, high exponent bits) takes
 few values, and its pass places four words at a time, so that a digit's counter is stored and loaded again once
-per four words.
+per four words. Spearman's two rows are sorted side by side: each middle digit's pass moves both rows' words in
+one loop, two independent chains of counter updates that the processor overlaps. The functions are compiled
+without numba's reference counts (:func:`torch_lwlrap._numba_runtime.borrowing_kernel`); a sort returns whether its
+result is in the spare array rather than returning an array.
 A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the same words
 follow). Tied scores keep their column order. Several times faster than ``torch.argsort`` here.
 """
@@ -185,17 +188,61 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         if n <= INSERTION_MAX:
             _settle(items, n, n * n)
             return False
-        shared = True  # all the keys share their upper 24 bits: the lowest digit's pass alone sorts them
+        return _sort_packed_from(items, n, tmp, count, _shares_upper(items, n, count), 1)
+
+    @borrowing_kernel
+    def _shares_upper(items, n, count):
+        """Whether all the keys of the words ``items[:n]`` share their upper 24 bits (``count``: their histograms):
+        then the lowest digit's pass alone sorts them."""
+        shared = True
         for p in range(1, 4):
             shared &= count[p, (items[0] >> np.uint64(32 + DIGIT_BITS * p)) & _DIGIT_MASK] == n
+        return shared
+
+    @borrowing_kernel
+    def _sort_packed_from(items, n, tmp, count, shared, first):
+        """:func:`_sort_packed` from its radix pass ``first`` on (the earlier passes done, ``items`` their result;
+        ``shared``: :func:`_shares_upper`): whether the result is in ``tmp``."""
         in_tmp = False
-        if not shared and _radix_packed(items, n, tmp, count, 1):
+        if not shared and _radix_packed(items, n, tmp, count, first):
             items, tmp, in_tmp = tmp, items, True
         if shared or not _settle(items, n, n):
             _count_words(items, n, count)
             if _radix_packed(items, n, tmp, count, 0):
                 in_tmp = not in_tmp
         return in_tmp
+
+    @borrowing_kernel
+    def _sort_packed_pair(items_a, tmp_a, count_a, items_b, tmp_b, count_b, n):
+        """:func:`_sort_packed` of two rows' words, each with its own arrays: ``(in_tmp_a, in_tmp_b)``. The passes
+        of the two middle digits move both rows' words in one loop (:func:`_scatter_packed_pair`); the top digit's
+        pass and the insertion sort then finish each row on its own."""
+        if n <= INSERTION_MAX:
+            return _sort_packed(items_a, n, tmp_a, count_a), _sort_packed(items_b, n, tmp_b, count_b)
+        shared_a, shared_b = _shares_upper(items_a, n, count_a), _shares_upper(items_b, n, count_b)
+        in_a = in_b = False
+        for p in range(1, 3):
+            s = np.uint64(32 + DIGIT_BITS * p)
+            digits_a, digits_b = count_a[p], count_b[p]
+            pass_a = not shared_a and digits_a[(items_a[0] >> s) & _DIGIT_MASK] != n  # else one digit for all
+            pass_b = not shared_b and digits_b[(items_b[0] >> s) & _DIGIT_MASK] != n
+            if pass_a:
+                _starts(digits_a, 0)
+            if pass_b:
+                _starts(digits_b, 0)
+            if pass_a and pass_b:
+                _scatter_packed_pair(items_a, tmp_a, digits_a, items_b, tmp_b, digits_b, n, s)
+            elif pass_a:
+                _scatter_packed(items_a, tmp_a, n, digits_a, s)
+            elif pass_b:
+                _scatter_packed(items_b, tmp_b, n, digits_b, s)
+            if pass_a:
+                items_a, tmp_a, in_a = tmp_a, items_a, not in_a
+            if pass_b:
+                items_b, tmp_b, in_b = tmp_b, items_b, not in_b
+        in_a ^= _sort_packed_from(items_a, n, tmp_a, count_a, shared_a, 3)
+        in_b ^= _sort_packed_from(items_b, n, tmp_b, count_b, shared_b, 3)
+        return in_a, in_b
 
     @borrowing_kernel
     def _radix_packed(items, n, tmp, count, first):
@@ -233,6 +280,19 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             digits[d] = at + np.uint32(1)
 
     @borrowing_kernel
+    def _scatter_packed_pair(src_a, dst_a, digits_a, src_b, dst_b, digits_b, n, s):
+        """:func:`_scatter_packed` of two rows in one loop: each row's counters a chain of loads and stores of its
+        own, which the processor overlaps (1.1 times as fast as two loops; not for the top digit, whose own loop is
+        faster)."""
+        one = np.uint32(1)
+        for j in range(n):
+            word_a, word_b = src_a[j], src_b[j]
+            d_a, d_b = (word_a >> s) & _DIGIT_MASK, (word_b >> s) & _DIGIT_MASK
+            at_a, at_b = digits_a[d_a], digits_b[d_b]
+            dst_a[np.uint64(at_a)], dst_b[np.uint64(at_b)] = word_a, word_b
+            digits_a[d_a], digits_b[d_b] = at_a + one, at_b + one
+
+    @borrowing_kernel
     def _scatter_packed_top(src, dst, n, digits, s):
         """:func:`_scatter_packed` for the top digit, which takes few values (sign, high exponent bits): four words
         at a time, each word's place its digit's counter plus the earlier words of the four with the same digit, so
@@ -258,11 +318,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         counts); ``payload``: None for the column ``j``; ``count``: the packed sort's histograms. Returns whether
         the words are in ``spare`` (else in ``items``)."""
         if nbits == 32:
-            count[:] = 0
-            for j in range(n):
-                key = np.uint32(keys[j])
-                items[j] = (np.uint64(key) << np.uint64(32)) | np.uint64(j if payload is None else payload[j])
-                _count_key(count, key)
+            _packed_words(keys, payload, n, items, count)
             return _sort_packed(items, n, spare, count)
         sorted_keys, cols, tmp_keys, tmp_cols, wide_count = wide
         for j in range(n):
@@ -274,6 +330,30 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             j = cols[p]
             items[p] = (rank << np.uint64(32)) | np.uint64(j if payload is None else payload[j])
         return False
+
+    @borrowing_kernel
+    def _sorted_words_pair(keys_a, keys_b, n, nbits, pair_a, pair_b, wide):
+        """:func:`_sorted_words` of two rows' keys (columns as payloads), each with its own words, spare and
+        histograms (``pair_a``, ``pair_b``: ``(items, spare, count)``), 32-bit keys sorted side by side
+        (:func:`_sort_packed_pair`): whether each row's words are in its spare."""
+        items_a, spare_a, count_a = pair_a
+        items_b, spare_b, count_b = pair_b
+        if nbits != 32:
+            return (_sorted_words(keys_a, None, n, nbits, items_a, spare_a, count_a, wide),
+                    _sorted_words(keys_b, None, n, nbits, items_b, spare_b, count_b, wide))
+        _packed_words(keys_a, None, n, items_a, count_a)
+        _packed_words(keys_b, None, n, items_b, count_b)
+        return _sort_packed_pair(items_a, spare_a, count_a, items_b, spare_b, count_b, n)
+
+    @borrowing_kernel
+    def _packed_words(keys, payload, n, items, count):
+        """The words ``key << 32 | payload[j]`` of the 32-bit keys ``keys[:n]`` (``payload`` None: the column ``j``)
+        and their histograms (:func:`_count_key`)."""
+        count[:] = 0
+        for j in range(n):
+            key = np.uint32(keys[j])
+            items[j] = (np.uint64(key) << np.uint64(32)) | np.uint64(j if payload is None else payload[j])
+            _count_key(count, key)
 
     @borrowing_kernel
     def _has_ties(items, n):
