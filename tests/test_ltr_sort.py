@@ -157,3 +157,37 @@ def test_a_rows_work_takes_no_reference_counts(tmp_path):
     counted = {re.sub(r"B\d+v\d+B.*", "", name) for name in result.stdout.split()}
     assert counted, "no function of the kernel counted a reference: the kernel's text was not read"
     assert all(name.endswith(("_correlation_kernel_serial", "_workspace")) for name in counted), sorted(counted)
+
+
+def _inversions_reference(values):
+    """Pairs ``p < q`` with ``values[p] > values[q]``: for each value, those before it that are greater (a sorted
+    list of the values read, Python's bisect)."""
+    import bisect
+
+    seen, count = [], 0
+    for v in values:
+        count += len(seen) - bisect.bisect_right(seen, v)
+        bisect.insort(seen, v)
+    return count
+
+
+def test_inversions_count_the_pairs_in_the_wrong_order_on_every_path():
+    """:func:`_inversions` against a count by bisection: permutations of ``1 .. n`` (the bitset, in two halves: odd
+    and even lengths, sorted and reversed), values with ties (the 4-ary trie) and more than 65535 values (the binary
+    trie)."""
+    from torch_lwlrap._ltr_numba import BITSET_MAX_RANK, _inversions
+
+    rng = np.random.default_rng(3)
+    cases = []
+    for n in (1, 2, 3, 4, 5, 24, 25, 526, 527, BITSET_MAX_RANK - 1, BITSET_MAX_RANK):
+        permutation = rng.permutation(n) + 1
+        cases += [(permutation, n, True), (np.arange(1, n + 1), n, True), (np.arange(n, 0, -1), n, True)]
+    for n, rank in ((527, 40), (527, 527), (2000, 1500), (70_000, 70_000)):
+        cases.append((rng.integers(1, rank + 1, n), rank, False))
+    cases.append((rng.permutation(3000) + 1, 3000, True))  # distinct beyond the bitset's range: the 4-ary trie
+    for values, rank, distinct in cases:
+        n = len(values)
+        words = (np.uint64(7) << np.uint64(32)) | values.astype(np.uint64)  # the upper halves are ignored
+        tries = (np.empty(64, np.uint64), np.empty(2 * (n + 1), np.uint64), np.zeros(4 * (rank + 2), np.int32))
+        got = _inversions(words, n, rank, distinct, *tries)
+        assert got == _inversions_reference(values.tolist()), (n, rank, distinct)

@@ -163,8 +163,9 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     @borrowing_kernel
     def _inversions(sequence, n, rank, distinct, bitset, nodes, ones):
         """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (words' lower halves), values
-        in ``[1, rank]``: a trie over the values' digits, highest first, read once, branch-free. ``distinct`` values
-        up to :data:`BITSET_MAX_RANK`: :func:`_inversions_distinct`; else up to 65535 values a 4-ary trie
+        in ``[1, rank]``: a trie over the values' digits, highest first, read once, branch-free. ``distinct``: the
+        values are ``1 .. n`` (dense ranks without ties), up to :data:`BITSET_MAX_RANK` :func:`_inversions_distinct`;
+        else up to 65535 values a 4-ary trie
         (:func:`_inversions_4ary`); more, a binary trie whose node ``ones[node]`` counts the values read so far
         that went on to its upper half (a value that goes to the lower half is below all of them)."""
         if distinct and rank <= BITSET_MAX_RANK:
@@ -188,27 +189,49 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
 
     @borrowing_kernel
     def _inversions_distinct(sequence, n, rank, work):
-        """:func:`_inversions` of distinct values up to :data:`BITSET_MAX_RANK`: a bitset of the values read
-        (``work[:16]``) counts those above a value in its word (shift, popcount), a 4-ary trie over the word index
-        (``work[16:24]``) those in higher words: 3 loads and stores per value, not 5 (1.8 times as fast at 527)."""
-        work[: ((rank >> 6) + 1)] = 0
-        work[16:24] = 0
-        dis = np.uint64(0)
-        for p in range(n):
+        """:func:`_inversions` of the values ``1 .. n``, each once (``n`` up to :data:`BITSET_MAX_RANK`), counted in
+        two halves at once: the inversions within the first half and within the rest, each with its own set of the
+        values read (:func:`_add_distinct`, ``work[:32]`` and ``work[32:64]``), two independent chains of loads and
+        stores that the processor overlaps (1.25 times as fast as one), and the pairs across: the first half's ``h``
+        values ``v`` each have ``v - 1`` values below them, of which the rest holds all but those of the first half,
+        ``sum(v) - h (h + 1) / 2`` in all."""
+        words = (rank >> 6) + 1
+        work[:words] = 0
+        work[20:24] = 0
+        work[32 : 32 + words] = 0
+        work[52:56] = 0
+        half = n // 2
+        dis = first = root_a = root_b = np.uint64(0)
+        for p in range(half):
             v = sequence[p] & _LOW
-            w = v >> np.uint64(6)
-            bit = v & np.uint64(63)
-            word = work[w]
-            dis += popcount(word >> bit)  # the values read in this word above v (v itself is not there yet)
-            work[w] = word | (np.uint64(1) << bit)
-            x, y = w >> np.uint64(2), w & np.uint64(3)  # the word's two digits
-            node = work[17]
-            dis += (node >> (x << np.uint64(4))) & np.uint64(0xFFFF)
-            work[17] = node + _BELOW[x]
-            node = work[np.uint64(20) + x]
-            dis += (node >> (y << np.uint64(4))) & np.uint64(0xFFFF)
-            work[np.uint64(20) + x] = node + _BELOW[y]
-        return np.int64(dis)
+            first += v
+            above_a, root_a = _add_distinct(work, np.uint64(0), root_a, v)
+            above_b, root_b = _add_distinct(work, np.uint64(32), root_b, sequence[p + half] & _LOW)
+            dis += above_a + above_b
+        for p in range(2 * half, n):
+            above_b, root_b = _add_distinct(work, np.uint64(32), root_b, sequence[p] & _LOW)
+            dis += above_b
+        h = np.uint64(half)
+        return np.int64(dis + first - h * (h + np.uint64(1)) // np.uint64(2))
+
+    @borrowing_kernel
+    def _add_distinct(work, base, root, v):
+        """Add ``v`` (up to :data:`BITSET_MAX_RANK`) to a set of distinct values: ``(the values of the set above v,
+        the new root)``. A bitset (``work[base : base + 16]``) counts those in ``v``'s word (shift, popcount), a
+        4-ary trie over the word index those in higher words: its root ``root`` (kept in a register by the caller)
+        and its four nodes ``work[base + 20 : base + 24]``, each a word of four 16-bit counters (:data:`_BELOW`):
+        3 loads and stores per value, not 5 (1.8 times as fast as a binary trie at 527)."""
+        w = v >> np.uint64(6)
+        bit = v & np.uint64(63)
+        word = work[base + w]
+        above = popcount(word >> bit)  # the values in this word above v (v itself is not there yet)
+        work[base + w] = word | (np.uint64(1) << bit)
+        x, y = w >> np.uint64(2), w & np.uint64(3)  # the word's two digits
+        above += (root >> (x << np.uint64(4))) & np.uint64(0xFFFF)
+        node = work[base + np.uint64(20) + x]
+        above += (node >> (y << np.uint64(4))) & np.uint64(0xFFFF)
+        work[base + np.uint64(20) + x] = node + _BELOW[y]
+        return above, root + _BELOW[x]
 
     @borrowing_kernel
     def _inversions_4ary(sequence, n, digits, nodes):
@@ -285,7 +308,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         n = num_classes
         wide = (np.empty(n, bits.dtype), np.empty(n, np.int32), np.empty(n, bits.dtype), np.empty(n, np.int32),
                 np.empty((64 // DIGIT_BITS) << DIGIT_BITS, np.uint32))
-        tries = (np.empty(32, np.uint64), np.empty(2 * (n + 1), np.uint64), np.zeros(4 * (n + 1), np.int32))
+        tries = (np.empty(64, np.uint64), np.empty(2 * (n + 1), np.uint64), np.zeros(4 * (n + 1), np.int32))
         return (wide, np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty((4, 1 << DIGIT_BITS), np.uint32),
                 np.empty(n, bits.dtype), np.empty(n, np.int32), tries)
 
