@@ -18,7 +18,9 @@ pytest.importorskip("numba")
 from numba import njit  # noqa: E402
 
 from torch_lwlrap._ltr_numba import _workspace  # noqa: E402
-from torch_lwlrap._ltr_sort import INSERTION_MAX, _key, _settle, _sorted_words, _sorted_words_pair  # noqa: E402
+from torch_lwlrap._ltr_sort import (  # noqa: E402
+    INSERTION_MAX, SETTLE_BLOCK, _key, _settle, _sorted_words, _sorted_words_pair,
+)
 
 
 @njit
@@ -125,6 +127,17 @@ def test_the_insertion_sort_finishes_within_its_budget_or_says_it_gave_up():
         items = backwards.copy()
         assert _settle(items, n, n) == (n * (n - 1) // 2 <= n)
         assert sorted(items.tolist()) == expected.tolist()  # given up or not: the same words
+    # Blocks of SETTLE_BLOCK words read at once: neighbours swapped across a block's edge, a word that belongs
+    # several blocks back, and the last, partial block.
+    n = 5 * SETTLE_BLOCK + 7
+    expected = np.sort(rng.integers(0, 1 << 60, n).astype(np.uint64))
+    items = expected.copy()
+    for edge in (SETTLE_BLOCK, 3 * SETTLE_BLOCK + 1):
+        items[edge - 1], items[edge] = items[edge], items[edge - 1]
+    items[2 * SETTLE_BLOCK + 1 : 4 * SETTLE_BLOCK + 2] = np.roll(items[2 * SETTLE_BLOCK + 1 : 4 * SETTLE_BLOCK + 2], 1)
+    items[n - 2], items[n - 1] = items[n - 1], items[n - 2]
+    assert _settle(items, n, n)
+    np.testing.assert_array_equal(items, expected)
 
 
 _REFERENCES_SCRIPT = r"""

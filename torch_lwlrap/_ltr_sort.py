@@ -25,7 +25,7 @@ import numpy as np
 from torch_lwlrap._numba_runtime import borrowing_kernel, numba, serial_kernel
 from torch_lwlrap._numba_vector import LANES
 
-__all__ = ["DIGIT_BITS", "INSERTION_MAX"]
+__all__ = ["DIGIT_BITS", "INSERTION_MAX", "SETTLE_BLOCK"]
 
 #: Bits per radix digit (256 buckets): float32 keys take 4 passes, float64 keys 8 (the histograms are unrolled for
 #: this width).
@@ -33,6 +33,9 @@ DIGIT_BITS = 8
 
 #: Rows of up to this many entries are sorted by insertion instead.
 INSERTION_MAX = 24
+
+#: Words per block that the insertion sort after the radix passes checks in one vectorized read before it moves any.
+SETTLE_BLOCK = 64
 
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
@@ -156,21 +159,36 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
     def _settle(items, n, budget):
         """Insertion sort of the words ``items[:n]``, nearly sorted, that gives up once its moves exceed ``budget``
         (tested after each word it places, so the words stay a permutation): whether it finished (then they are
-        sorted)."""
+        sorted). A block of :data:`SETTLE_BLOCK` words in order (each no less than the one before it, the block's
+        first against the word before the block) is passed over after one vectorized read (:func:`_in_order`):
+        most blocks of a row are."""
         moves = 0
-        for i in range(1, n):
-            item = items[i]
-            if items[i - 1] <= item:
+        for start in range(1, n, SETTLE_BLOCK):
+            stop = min(n, start + SETTLE_BLOCK)
+            if _in_order(items, start, stop):
                 continue
-            j = i - 1
-            while j >= 0 and items[j] > item:
-                items[j + 1] = items[j]
-                j -= 1
-            items[j + 1] = item
-            moves += i - 1 - j
-            if moves > budget:
-                return False
+            for i in range(start, stop):
+                item = items[i]
+                if items[i - 1] <= item:
+                    continue
+                j = i - 1
+                while j >= 0 and items[j] > item:
+                    items[j + 1] = items[j]
+                    j -= 1
+                items[j + 1] = item
+                moves += i - 1 - j
+                if moves > budget:
+                    return False
         return True
+
+    @borrowing_kernel
+    def _in_order(items, start, stop):
+        """Whether each of the words ``items[start:stop]`` is no less than the word before it (``start >= 1``): one
+        read without a branch, which LLVM vectorizes."""
+        disorder = False
+        for j in range(np.uint64(start), np.uint64(stop)):  # unsigned: no test for a negative index (no gathers)
+            disorder |= items[j - np.uint64(1)] > items[j]
+        return not disorder
 
     @borrowing_kernel
     def _sort_packed(items, n, tmp, count):
