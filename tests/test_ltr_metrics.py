@@ -125,6 +125,45 @@ def test_rank_correlation_equals_scipy_per_row(engine, method, case):
         assert metric.rank_correlation_count.item() == len(a) - undefined
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("method", ["spearman", "kendall"])
+@pytest.mark.parametrize("variant", ["parallel", "serial"])
+def test_each_rows_correlation_is_its_own_with_nan_rows_between(dtype, method, variant):
+    """Row by row, not only on average (a result stored in the wrong row keeps the mean): the compiled kernel's
+    values against scipy's on rows of every kind in turn (continuous, tied, constant), NaN rows at the start, the
+    end and next to one another, over two blocks and a partial third (Kendall's rows of 32-bit keys are counted two
+    at a time: a row waits for the next one, across NaN rows, and the block's last one is counted alone)."""
+    from scipy import stats as scipy_stats
+
+    n, c = 2 * _ltr_numba.BLOCK_ROWS + 5, 60
+    g = torch.Generator().manual_seed(21)
+    a, b = torch.randn(n, c, generator=g, dtype=torch.float64), torch.randn(n, c, generator=g, dtype=torch.float64)
+    b[::3] = torch.randint(0, 4, (len(b[::3]), c), generator=g).double()  # ties in y
+    a[1::5] = torch.randint(0, 3, (len(a[1::5]), c), generator=g).double()  # ties in x
+    a[7], b[11] = 2.0, -1.0  # constant rows
+    b[2::7] += a[2::7]  # correlated
+    a, b = a.to(dtype), b.to(dtype)
+    nan_rows = [0, 5, 6, 9, _ltr_numba.BLOCK_ROWS - 1, _ltr_numba.BLOCK_ROWS, n - 1]
+    for i, row in enumerate(nan_rows):
+        (a if i % 2 else b)[row, (7 * row) % c] = math.nan
+    _, bits_a, nbits = _ltr_numba._bits(a)
+    _, bits_b, _ = _ltr_numba._bits(b)
+    value, defined = np.zeros(n), np.zeros(n, np.bool_)
+    kernel = getattr(_ltr_numba._correlation_kernel, variant)
+    kernel(bits_a, bits_b, nbits, method == "kendall", True, value, defined, np.int64(0))
+    statistic = scipy_stats.spearmanr if method == "spearman" else scipy_stats.kendalltau
+    for row, (x, y) in enumerate(zip(a.double().numpy(), b.double().numpy())):
+        if row in nan_rows:
+            assert math.isnan(value[row]), row
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = statistic(x, y).statistic
+        assert defined[row] == (not math.isnan(expected)), row
+        if defined[row]:
+            assert value[row] == pytest.approx(expected, rel=1e-12, abs=1e-12), row
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("method", ["spearman", "kendall"])

@@ -188,7 +188,7 @@ def test_inversions_count_the_pairs_in_the_wrong_order_on_every_path():
     """:func:`_inversions` against a count by bisection: permutations of ``1 .. n`` (the bitset, in two halves: odd
     and even lengths, sorted and reversed), values with ties (the 4-ary trie) and more than 65535 values (the binary
     trie)."""
-    from torch_lwlrap._ltr_numba import BITSET_MAX_RANK, _inversions
+    from torch_lwlrap._ltr_counts import BITSET_MAX_RANK, _inversions
 
     rng = np.random.default_rng(3)
     cases = []

@@ -21,13 +21,11 @@ times as fast spread; 1.2 times as fast at once as without prefetching).
 * Spearman's rho: twice the average ranks, centered on ``(C + 1) / 2`` (integers: exact int64 sums up to
   2M labels): ``2 p + 1 - C`` at sorted position ``p`` without ties, else from each entry's tie group, branch-free (its
   end in a backward pass, its start in the forward one); ``sxy`` read in the order of ``y``; ``sxy / sqrt(sxx syy)``.
-* Kendall's tau-b: the counts of scipy's ``kendalltau``. ``y`` is sorted first (its dense ranks and tied pairs);
-  ``x`` is then sorted starting from ``y``'s order, so that the stable sort orders the labels by ``(x, y)`` and
-  carries ``y``'s dense rank along: pairs tied in ``x`` are never inversions of that sequence, pairs tied in both
-  are its runs of equal ranks within a group of equal ``x``, and the discordant pairs are its inversions, counted
-  in one read through a 4-ary trie over the ranks' 2-bit digits, whose nodes are words of four 16-bit counters
-  (``O(C log C)``, branch-free; a binary trie beyond 65535 labels). Sorted keys without ties (one vectorized read)
-  skip the tie counts: the dense ranks are the positions, their inversions (up to 1023) a bitset's popcounts.
+* Kendall's tau-b: the counts of scipy's ``kendalltau`` (:mod:`torch_lwlrap._ltr_counts`), of two rows at a time
+  where their keys are 32-bit: a row waits for the next one (NaN rows in between are marked as they come), and a
+  block's last row is counted alone.
+* The functions a row's work calls are compiled without numba's reference counts
+  (:func:`torch_lwlrap._numba_runtime.borrowing_kernel`).
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K` and a row of at
   least ``2 G`` labels; otherwise the row is sorted), in the vectors of :mod:`torch_lwlrap._numba_vector`: the row's
   columns fall into ``G`` groups by column modulo ``G`` (``G``: ``2 k`` rounded up to whole vectors), whose maxima
@@ -64,9 +62,6 @@ __all__ = ["unavailable_reason", "correlation_rows", "distance_rows"]
 BLOCK_ROWS = 64
 
 INT_SUMS_MAX = 2_000_000  # the longest row whose Spearman sums (up to C**3 / 3) are exact int64; float64 beyond.
-
-#: Largest rank whose distinct values are counted through a bitset (16 words) and a trie over its words.
-BITSET_MAX_RANK = 1023
 
 #: Largest k whose top set is found by a scan; a larger k sorts the row.
 SCAN_MAX_K = 48
@@ -148,153 +143,13 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
 
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
-    from torch_lwlrap._ltr_sort import (
-        _LOW, _count_key, _has_nan, _has_ties, _is_nan, _key, _sort, _sort_packed, _sorted_words, _sorted_words_pair,
-    )
+    from torch_lwlrap._ltr_counts import _kendall_counts, _kendall_counts_pair
+    from torch_lwlrap._ltr_sort import _LOW, _has_nan, _has_ties, _is_nan, _key, _sort, _sorted_words_pair
 
     from torch_lwlrap._numba_vector import (
         lanes_eq, lanes_ge, lanes_gt, lanes_lt, lanes_sort16, lanes_sort32, lanes_sort64, lanes_sort128,
         lanes_store_max, lowest_bit, popcount, prefetch_part, prefetch_row,
     )
-
-    #: One in each 16-bit counter below ``x`` (:func:`_inversions_4ary`).
-    _BELOW = np.array([0, 1, 0x10001, 0x100010001], np.uint64)
-
-    @borrowing_kernel
-    def _inversions(sequence, n, rank, distinct, bitset, nodes, ones):
-        """The pairs ``p < q`` with ``sequence[p] > sequence[q]`` of ``sequence[:n]`` (words' lower halves), values
-        in ``[1, rank]``: a trie over the values' digits, highest first, read once, branch-free. ``distinct``: the
-        values are ``1 .. n`` (dense ranks without ties), up to :data:`BITSET_MAX_RANK` :func:`_inversions_distinct`;
-        else up to 65535 values a 4-ary trie
-        (:func:`_inversions_4ary`); more, a binary trie whose node ``ones[node]`` counts the values read so far
-        that went on to its upper half (a value that goes to the lower half is below all of them)."""
-        if distinct and rank <= BITSET_MAX_RANK:
-            return _inversions_distinct(sequence, n, rank, bitset)
-        levels = 0
-        while (1 << levels) <= rank:
-            levels += 1
-        if n <= 0xFFFF:
-            return _inversions_4ary(sequence, n, (levels + 1) >> 1, nodes)
-        ones[: 2 << levels] = 0
-        dis = 0
-        for p in range(n):
-            v = np.int64(sequence[p] & _LOW)
-            node = 1
-            for level in range(levels - 1, -1, -1):
-                bit = (v >> level) & 1
-                dis += ones[node] & (bit - 1)  # bit 0: every value read so far on the upper half is greater
-                ones[node] += bit
-                node = 2 * node + bit
-        return dis
-
-    @borrowing_kernel
-    def _inversions_distinct(sequence, n, rank, work):
-        """:func:`_inversions` of the values ``1 .. n``, each once (``n`` up to :data:`BITSET_MAX_RANK`), counted in
-        two halves at once: the inversions within the first half and within the rest, each with its own set of the
-        values read (:func:`_add_distinct`, ``work[:32]`` and ``work[32:64]``), two independent chains of loads and
-        stores that the processor overlaps (1.25 times as fast as one), and the pairs across: the first half's ``h``
-        values ``v`` each have ``v - 1`` values below them, of which the rest holds all but those of the first half,
-        ``sum(v) - h (h + 1) / 2`` in all."""
-        words = (rank >> 6) + 1
-        work[:words] = 0
-        work[20:24] = 0
-        work[32 : 32 + words] = 0
-        work[52:56] = 0
-        half = n // 2
-        dis = first = root_a = root_b = np.uint64(0)
-        for p in range(half):
-            v = sequence[p] & _LOW
-            first += v
-            above_a, root_a = _add_distinct(work, np.uint64(0), root_a, v)
-            above_b, root_b = _add_distinct(work, np.uint64(32), root_b, sequence[p + half] & _LOW)
-            dis += above_a + above_b
-        for p in range(2 * half, n):
-            above_b, root_b = _add_distinct(work, np.uint64(32), root_b, sequence[p] & _LOW)
-            dis += above_b
-        h = np.uint64(half)
-        return np.int64(dis + first - h * (h + np.uint64(1)) // np.uint64(2))
-
-    @borrowing_kernel
-    def _add_distinct(work, base, root, v):
-        """Add ``v`` (up to :data:`BITSET_MAX_RANK`) to a set of distinct values: ``(the values of the set above v,
-        the new root)``. A bitset (``work[base : base + 16]``) counts those in ``v``'s word (shift, popcount), a
-        4-ary trie over the word index those in higher words: its root ``root`` (kept in a register by the caller)
-        and its four nodes ``work[base + 20 : base + 24]``, each a word of four 16-bit counters (:data:`_BELOW`):
-        3 loads and stores per value, not 5 (1.8 times as fast as a binary trie at 527)."""
-        w = v >> np.uint64(6)
-        bit = v & np.uint64(63)
-        word = work[base + w]
-        above = popcount(word >> bit)  # the values in this word above v (v itself is not there yet)
-        work[base + w] = word | (np.uint64(1) << bit)
-        x, y = w >> np.uint64(2), w & np.uint64(3)  # the word's two digits
-        above += (root >> (x << np.uint64(4))) & np.uint64(0xFFFF)
-        node = work[base + np.uint64(20) + x]
-        above += (node >> (y << np.uint64(4))) & np.uint64(0xFFFF)
-        work[base + np.uint64(20) + x] = node + _BELOW[y]
-        return above, root + _BELOW[x]
-
-    @borrowing_kernel
-    def _inversions_4ary(sequence, n, digits, nodes):
-        """:func:`_inversions` over ``digits`` 2-bit digits: a node is a word of four 16-bit counters, counter ``k``
-        the values read so far whose digit there is above ``k``; digit ``x`` reads counter ``x`` (the fourth stays
-        0) and adds ``_BELOW[x]``: one load and store per digit (about 1.8 times as fast as a binary trie)."""
-        nodes[: 1 << (2 * digits - 1)] = 0
-        dis = np.uint64(0)
-        for p in range(n):
-            v = sequence[p] & _LOW
-            node = np.uint64(1)
-            for level in range(digits - 1, -1, -1):
-                x = (v >> np.uint64(2 * level)) & np.uint64(3)
-                word = nodes[node]
-                dis += (word >> (x << np.uint64(4))) & np.uint64(0xFFFF)
-                nodes[node] = word + _BELOW[x]
-                node = (node << np.uint64(2)) + x
-        return np.int64(dis)
-
-    @borrowing_kernel
-    def _kendall_counts(keys_a, keys_b, n, nbits, items, spare, count, wide, perm_keys, dense, tries):
-        """``(dis, xtie, ytie, ntie)`` of the keys ``[:n]`` of two rows (see the module's docstring); the arrays of
-        :func:`_sorted_words`, then ``x``'s keys in ``y``'s order and ``y``'s dense ranks (a 64-bit key's way), and
-        the tries of :func:`_inversions` (``bitset, nodes, ones``)."""
-        # y: sorted, its dense ranks (from 1) in its order, its tied pairs.
-        if _sorted_words(keys_b, None, n, nbits, items, spare, count, wide):
-            items, spare = spare, items
-        words = spare
-        y_tied = _has_ties(items, n)
-        ytie = rank = start = 0
-        if nbits == 32:  # the words of x written here, in y's order (in the spare array), and their histograms
-            count[:] = 0
-        for p in range(n):
-            if y_tied:
-                new = p == 0 or (items[p] ^ items[p - 1]) >> np.uint64(32) != 0
-                rank += new
-                start = p if new else start
-                ytie += p - start
-            else:  # the dense rank is the position
-                rank = p + 1
-            key = keys_a[np.int64(items[p] & _LOW)]
-            if nbits == 32:
-                words[p] = (np.uint64(key) << np.uint64(32)) | np.uint64(rank)
-                _count_key(count, np.uint32(key))
-            else:
-                dense[p] = rank
-                perm_keys[p] = key
-        # x: sorted from y's order (stable: by x, then y), carrying y's dense rank.
-        if nbits == 32:
-            if not _sort_packed(words, n, items, count):
-                items = words
-        elif _sorted_words(perm_keys, dense, n, nbits, items, words, count, wide):
-            items = words
-        xtie = ntie = group = run_start = 0
-        if _has_ties(items, n):
-            for p in range(n):
-                changed = items[p] ^ items[p - 1] if p else ~np.uint64(0)
-                group = p if changed >> np.uint64(32) != 0 else group
-                run_start = p if changed != 0 else run_start
-                xtie += p - group
-                ntie += p - run_start
-        bitset, nodes, ones = tries
-        return _inversions(items, n, rank, not y_tied, bitset, nodes, ones), xtie, ytie, ntie
 
     @serial_kernel
     def _workspace(num_classes, bits):
@@ -352,6 +207,27 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         syy, sxy = _rank_sums(spare if in_spare_b else items, n, ends, ranks, False, zero)
         return sxx, syy, sxy
 
+    @borrowing_kernel
+    def _row_keys(bits_a, bits_b, row, nbits, keys_a, keys_b):
+        """The keys (:func:`_key`) of a pair of rows of bits into ``keys_a``, ``keys_b``: whether a score of either
+        is NaN (tested in the same read: a few percent faster than a read of its own)."""
+        nan = False
+        for j in range(bits_a.shape[1]):
+            x, y = bits_a[row, j], bits_b[row, j]
+            nan |= _is_nan(x, nbits) | _is_nan(y, nbits)
+            keys_a[j] = _key(x, nbits)
+            keys_b[j] = _key(y, nbits)
+        return nan
+
+    @borrowing_kernel
+    def _store_tau(value, defined, row, counts, total):
+        """Kendall's tau-b of a row from :func:`_kendall_counts`'s counts (none where either row is constant)."""
+        dis, xtie, ytie, ntie = counts
+        if xtie < total and ytie < total:
+            tau = (total - xtie - ytie + ntie - 2 * dis) / np.sqrt(total - xtie) / np.sqrt(total - ytie)
+            value[row] = min(1.0, max(-1.0, tau))
+            defined[row] = True
+
     @parallel_and_serial
     def _correlation_kernel(bits_a, bits_b, nbits, kendall, check_nan, value, defined, zero):
         num_rows, num_classes = bits_a.shape
@@ -361,35 +237,44 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
             wide, items, spare, count, perm_keys, dense, tries = _workspace(num_classes, bits_a)
             keys_a = np.empty(num_classes, bits_a.dtype)
             keys_b = np.empty(num_classes, bits_a.dtype)
+            keys_c = np.empty(num_classes, bits_a.dtype)  # Kendall's rows wait in pairs: the first one's keys
+            keys_d = np.empty(num_classes, bits_a.dtype)
             ranks_a = np.empty(num_classes, np.int64)
             ends = np.empty(num_classes, np.int64)
             pair_b = (np.empty(num_classes, np.uint64), np.empty(num_classes, np.uint64), np.empty_like(count))
+            waiting = -1  # a Kendall row (32-bit keys) whose keys wait in keys_c, keys_d for a second one
             for row in range(block * BLOCK_ROWS, min(num_rows, (block + 1) * BLOCK_ROWS)):
                 if row + 1 < num_rows:  # the next pair of rows on its way from memory while this one is ranked
                     prefetch_row(bits_a, row + 1)
                     prefetch_row(bits_b, row + 1)
-                nan = False  # the NaN test in the keys' read (a few percent faster than a read of its own)
-                for j in range(num_classes):
-                    x, y = bits_a[row, j], bits_b[row, j]
-                    nan |= _is_nan(x, nbits) | _is_nan(y, nbits)
-                    keys_a[j] = _key(x, nbits)
-                    keys_b[j] = _key(y, nbits)
+                pairs = kendall and nbits == 32 and waiting < 0
+                if pairs:
+                    nan = _row_keys(bits_a, bits_b, row, nbits, keys_c, keys_d)
+                else:
+                    nan = _row_keys(bits_a, bits_b, row, nbits, keys_a, keys_b)
                 if check_nan and nan:
                     value[row] = np.nan
-                    continue
-                if kendall:
-                    dis, xtie, ytie, ntie = _kendall_counts(keys_a, keys_b, num_classes, nbits, items, spare, count,
-                                                            wide, perm_keys, dense, tries)
-                    if xtie < total and ytie < total:
-                        tau = (total - xtie - ytie + ntie - 2 * dis) / np.sqrt(total - xtie) / np.sqrt(total - ytie)
-                        value[row] = min(1.0, max(-1.0, tau))
+                elif pairs:
+                    waiting = row
+                elif kendall and nbits == 32:  # two rows side by side (1.2 times as fast as one at a time)
+                    first, second = _kendall_counts_pair(keys_c, keys_d, keys_a, keys_b, num_classes,
+                                                         (items, spare, count), pair_b, perm_keys, dense, tries)
+                    _store_tau(value, defined, waiting, first, total)
+                    _store_tau(value, defined, row, second, total)
+                    waiting = -1
+                elif kendall:
+                    _store_tau(value, defined, row, _kendall_counts(keys_a, keys_b, num_classes, nbits, items, spare,
+                                                                    count, wide, perm_keys, dense, tries), total)
+                else:
+                    # Four times the sums of squares and products of the centered average ranks (integer terms).
+                    sxx, syy, sxy = _spearman_sums(keys_a, keys_b, num_classes, nbits, (items, spare, count), pair_b,
+                                                   wide, ends, ranks_a, zero)
+                    if sxx > 0 and syy > 0:
+                        value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
                         defined[row] = True
-                    continue
-                sxx, syy, sxy = _spearman_sums(keys_a, keys_b, num_classes, nbits, (items, spare, count), pair_b,
-                                               wide, ends, ranks_a, zero)
-                if sxx > 0 and syy > 0:
-                    value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
-                    defined[row] = True
+            if waiting >= 0:  # the block's last Kendall row, alone
+                _store_tau(value, defined, waiting, _kendall_counts(keys_c, keys_d, num_classes, nbits, items, spare,
+                                                                    count, wide, perm_keys, dense, tries), total)
 
     @serial_kernel
     def _twice_discordant(pair_a, pair_b, n):
