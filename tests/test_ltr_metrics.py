@@ -132,7 +132,8 @@ def test_each_rows_correlation_is_its_own_with_nan_rows_between(dtype, method, v
     """Row by row, not only on average (a result stored in the wrong row keeps the mean): the compiled kernel's
     values against scipy's on rows of every kind in turn (continuous, tied, constant), NaN rows at the start, the
     end and next to one another, over two blocks and a partial third (Kendall's rows of 32-bit keys are counted two
-    at a time: a row waits for the next one, across NaN rows, and the block's last one is counted alone)."""
+    at a time: a row waits for the next one, across NaN rows, and one still waiting at its block's end is counted
+    alone)."""
     from scipy import stats as scipy_stats
 
     n, c = 2 * _ltr_numba.BLOCK_ROWS + 5, 60

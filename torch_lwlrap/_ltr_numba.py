@@ -23,7 +23,7 @@ times as fast spread; 1.2 times as fast at once as without prefetching).
   end in a backward pass, its start in the forward one); ``sxy`` read in the order of ``y``; ``sxy / sqrt(sxx syy)``.
 * Kendall's tau-b: the counts of scipy's ``kendalltau`` (:mod:`torch_lwlrap._ltr_counts`), of two rows at a time
   where their keys are 32-bit: a row waits for the next one (NaN rows in between are marked as they come), and a
-  block's last row is counted alone.
+  row still waiting at its block's end is counted alone.
 * The functions a row's work calls are compiled without numba's reference counts
   (:func:`torch_lwlrap._numba_runtime.borrowing_kernel`).
 * Kendall distance at k: each row's top ``k`` come from one scan (``k`` up to :data:`SCAN_MAX_K` and a row of at
@@ -272,7 +272,7 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
                     if sxx > 0 and syy > 0:
                         value[row] = min(1.0, max(-1.0, sxy / np.sqrt(np.float64(sxx) * np.float64(syy))))
                         defined[row] = True
-            if waiting >= 0:  # the block's last Kendall row, alone
+            if waiting >= 0:  # a Kendall row still waiting at the block's end, alone
                 _store_tau(value, defined, waiting, _kendall_counts(keys_c, keys_d, num_classes, nbits, items, spare,
                                                                     count, wide, perm_keys, dense, tries), total)
 

@@ -10,8 +10,9 @@ share the upper 24 bits of their keys (where many do, the words are sorted again
 do, the lowest digit's pass alone sorts them). Each pass's first places are a running sum over its histogram, in
 vectors (:func:`torch_lwlrap._numba_vector.lanes_exclusive_sum`); the top digit (sign, high exponent bits) takes
 few values, and its pass places four words at a time, so that a digit's counter is stored and loaded again once
-per four words. Spearman's two rows are sorted side by side: each middle digit's pass moves both rows' words in
-one loop, two independent chains of counter updates that the processor overlaps. The functions are compiled
+per four words. Two rows are sorted side by side (Spearman's two inputs; Kendall's two rows' ``y``, then their
+``x``): each middle digit's pass moves both rows' words in one loop, two independent chains of counter updates
+that the processor overlaps. The functions are compiled
 without numba's reference counts (:func:`torch_lwlrap._numba_runtime.borrowing_kernel`); a sort returns whether its
 result is in the spare array rather than returning an array.
 A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the same words

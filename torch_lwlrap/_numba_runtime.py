@@ -320,8 +320,10 @@ def borrowing_kernel(func: Callable) -> Callable:
 
     Such a function must not allocate, return an array, or keep one (an array it is given, a view of one, or one
     another borrowing function swaps it with is fine); it may call other borrowing functions and take tuples of
-    arrays. numba refuses to compile one that allocates ("NRT required but not enabled"), and compiles the
-    functions it calls without reference counts too. ``tests/test_ltr_sort.py`` checks that a rank-agreement row's
+    arrays. numba refuses to compile one that allocates ("NRT required but not enabled", or a typing error for
+    ``np.empty``), and compiles the functions it calls without reference counts too; it does not refuse one that
+    returns an array it was given (its caller would then drop a reference it never took): the functions return
+    flags, counts and tuples of scalars only. ``tests/test_ltr_sort.py`` checks that a rank-agreement row's
     work takes no reference outside the kernel itself."""
     return njit(cache=True, nogil=True, _nrt=False)(func)
 
