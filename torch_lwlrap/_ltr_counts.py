@@ -28,7 +28,7 @@ BITSET_MAX_RANK = 1023
 
 if numba is not None:  # numba is an optional dependency (the "cpu" extra): without it this module only imports
     from torch_lwlrap._ltr_sort import (
-        _LOW, _count_key, _has_ties, _packed_words, _sort_packed, _sort_packed_pair, _sorted_words,
+        _LOW, _count_key, _has_ties, _sort_packed, _sort_packed_pair, _sorted_words, _sorted_words_pair,
     )
     from torch_lwlrap._numba_vector import popcount
 
@@ -143,15 +143,14 @@ if numba is not None:  # numba is an optional dependency (the "cpu" extra): with
         return dis, xtie, ytie, ntie
 
     @borrowing_kernel
-    def _kendall_counts_pair(keys_a, keys_b, keys_c, keys_d, n, pair_1, pair_2, perm_keys, dense, tries):
+    def _kendall_counts_pair(keys_a, keys_b, keys_c, keys_d, n, pair_1, pair_2, wide, perm_keys, dense, tries):
         """:func:`_kendall_counts` of two pairs of rows of 32-bit keys, ``(keys_a, keys_b)`` and ``(keys_c,
         keys_d)``, each with its own words, spare and histograms (``pair_1``, ``pair_2``): both ``y`` rows sorted
-        side by side (:func:`_sort_packed_pair`), then both ``x`` rows. Returns the two rows' counts."""
+        side by side (:func:`_sorted_words_pair`), then both ``x`` rows (:func:`_sort_packed_pair`). Returns the two
+        rows' counts."""
         items_1, spare_1, count_1 = pair_1
         items_2, spare_2, count_2 = pair_2
-        _packed_words(keys_b, None, n, items_1, count_1)
-        _packed_words(keys_d, None, n, items_2, count_2)
-        in_spare_1, in_spare_2 = _sort_packed_pair(items_1, spare_1, count_1, items_2, spare_2, count_2, n)
+        in_spare_1, in_spare_2 = _sorted_words_pair(keys_b, keys_d, n, 32, pair_1, pair_2, wide)
         if in_spare_1:
             items_1, spare_1 = spare_1, items_1
         if in_spare_2:

@@ -12,9 +12,9 @@ vectors (:func:`torch_lwlrap._numba_vector.lanes_exclusive_sum`); the top digit 
 few values, and its pass places four words at a time, so that a digit's counter is stored and loaded again once
 per four words. Two rows are sorted side by side (Spearman's two inputs; Kendall's two rows' ``y``, then their
 ``x``): each middle digit's pass moves both rows' words in one loop, two independent chains of counter updates
-that the processor overlaps. The functions are compiled
-without numba's reference counts (:func:`torch_lwlrap._numba_runtime.borrowing_kernel`); a sort returns whether its
-result is in the spare array rather than returning an array.
+that the processor overlaps. The functions are compiled without numba's reference counts
+(:func:`torch_lwlrap._numba_runtime.borrowing_kernel`); a sort returns whether its result is in the spare array
+rather than returning an array.
 A float64 key is sorted with an int32 column array in eight passes, then replaced by its dense rank (the same words
 follow). Tied scores keep their column order. Several times faster than ``torch.argsort`` here.
 """
