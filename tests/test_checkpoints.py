@@ -473,6 +473,16 @@ def test_a_bootstrap_checkpoint_of_the_previous_version_is_refused_saying_why(cl
 # Lightning: the user's form
 
 
+def _validated(lightning, module, batches, tmp_path):
+    """A CPU trainer that has run ``module``'s validation over ``batches``, ready to save a checkpoint."""
+    trainer = lightning.Trainer(
+        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    trainer.validate(module, dataloaders=torch.utils.data.DataLoader(batches, batch_size=None), verbose=False)
+    return trainer
+
+
 def test_lightning_checkpoint_with_other_options_is_refused(tmp_path):
     lightning = pytest.importorskip("lightning")
 
@@ -491,16 +501,10 @@ def test_lightning_checkpoint_with_other_options_is_refused(tmp_path):
             self.lwlrap.update(self.layer(preds), target)
             self.retrieval.update(self.layer(preds), target)
 
-    batches = _batches(C, 2)
     module = Module()
     with warnings.catch_warnings():  # Lightning's advice on workers and loggers
         warnings.simplefilter("ignore")
-        trainer = lightning.Trainer(
-            accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, default_root_dir=tmp_path,
-        )
-        trainer.validate(module, dataloaders=torch.utils.data.DataLoader(batches, batch_size=None), verbose=False)
-        trainer.save_checkpoint(tmp_path / "run.ckpt")
+        _validated(lightning, module, _batches(C, 2), tmp_path).save_checkpoint(tmp_path / "run.ckpt")
     torch.save(module.state_dict(), tmp_path / "state.pt")
     assert module.lwlrap.label_count.sum() > 0
 
@@ -523,6 +527,144 @@ def test_lightning_checkpoint_with_other_options_is_refused(tmp_path):
         with pytest.raises(RuntimeError, match="MultilabelRetrievalAtK checkpoint at 'retrieval' was made with k="):
             other.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True), strict=strict)
     assert other.lwlrap.label_count.sum() == 0 and other.retrieval.retrieval_weight == 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# set_dtype: the sums take its dtype; the options tag and the counts stay int64
+
+
+CASTS = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", CASTS, ids=str)
+@pytest.mark.parametrize("cls, options, data", HOLDERS, ids=[f"{c.__name__}-{len(o)}" for c, o, _ in HOLDERS])
+def test_set_dtype_casts_the_sums_and_keeps_the_tag_and_the_counts_int64(cls, options, data, dtype, tmp_path):
+    # torchmetrics' set_dtype casts every state: a bfloat16 count is no longer exact past 256, and a rounded tag no
+    # longer tells which options a checkpoint was made with (a bfloat16 Kendall checkpoint loaded into Spearman).
+    batches = data(C, 4, 5)
+    torch.manual_seed(11)  # the drawn bootstrap seed, where one is drawn
+    plain = _fed(cls(**options), batches)
+    torch.manual_seed(11)
+    cast = _fed(cls(**options).set_dtype(dtype), batches)
+    tolerance = 1e-6 if dtype == torch.float32 else 3e-2
+    for name, default in plain._defaults.items():
+        value, want = getattr(cast, name), getattr(plain, name)
+        if default.is_floating_point():
+            assert value.dtype == cast._defaults[name].dtype == dtype, name
+            torch.testing.assert_close(value.double(), want, rtol=tolerance, atol=tolerance * want.abs().max())
+        else:  # the tag and the counts: int64 and exact
+            assert value.dtype == cast._defaults[name].dtype == torch.int64, name
+            assert torch.equal(value, want), name
+    # A checkpoint of the cast metric resumes in a metric built and cast the same way, state for state.
+    torch.manual_seed(11)
+    first = _fed(_persistent(cls(**options).set_dtype(dtype)), batches[:2])
+    torch.save(first.state_dict(), tmp_path / "cast.pt")
+    resumed = _persistent(cls(**options).set_dtype(dtype))
+    resumed.load_state_dict(torch.load(tmp_path / "cast.pt", weights_only=True))
+    _fed(resumed, batches[2:])
+    for name in plain._defaults:
+        assert torch.equal(getattr(resumed, name), getattr(cast, name)), name
+    cast.reset()  # the defaults were cast the same way
+    assert all(getattr(cast, name).dtype == default.dtype for name, default in cast._defaults.items())
+
+
+def test_counts_stay_exact_past_bfloat16_s_integers():
+    metric = MultilabelRankCorrelation(C, method="kendall").set_dtype(torch.bfloat16)
+    lwlrap = MultilabelLWLRAP(C).set_dtype(torch.bfloat16)
+    pairs = _score_pairs(C, 1, 2)[0]
+    for _ in range(201):  # 1005 samples: bfloat16 holds whole numbers exactly up to 256 only
+        metric.update(*pairs)
+        lwlrap.update(pairs[0], (pairs[1] > 0).long())
+    constant = int((pairs[0].amin(1) == pairs[0].amax(1)).logical_or(pairs[1].amin(1) == pairs[1].amax(1)).sum())
+    assert metric.rank_correlation_count.item() == 201 * (5 - constant)
+    assert metric.rank_correlation_constant_count.item() == 201 * constant
+    assert torch.equal(lwlrap.label_count, 201 * (pairs[1] > 0).long().sum(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_a_checkpoint_an_earlier_set_dtype_cast_whole_loads_when_its_tag_reads_exactly(dtype):
+    made = _fed(_persistent(MultilabelRankCorrelation(C, method="kendall")), _score_pairs(C, 3, 1))
+    earlier = {name: value.to(dtype) for name, value in made.state_dict().items()}  # every state, tag and counts too
+    resumed = _persistent(MultilabelRankCorrelation(C, method="kendall"))
+    resumed.load_state_dict(earlier)
+    for name, default in made._defaults.items():  # in this metric's dtypes again: int64 counts, float64 sums
+        value = getattr(resumed, name)
+        assert value.dtype == default.dtype, name
+        torch.testing.assert_close(value.double(), getattr(made, name).double(), rtol=1e-6, atol=0)
+    _refused(
+        lambda: _persistent(MultilabelRankCorrelation(C)).load_state_dict(earlier),
+        _refusal_line(MultilabelRankCorrelation, "method='kendall'", "method='spearman'"),
+    )
+
+
+def test_a_tag_an_earlier_set_dtype_rounded_is_refused_with_the_way_to_load_it():
+    from torchmetrics import Metric
+
+    made = _fed(_persistent(MultilabelRankCorrelation(C, method="kendall")), _score_pairs(C, 3, 1))
+    earlier = {name: value.to(torch.bfloat16) for name, value in made.state_dict().items()}
+    line = (
+        "MultilabelRankCorrelation checkpoint has its options_tag in torch.bfloat16, not int64 (metric.set_dtype in "
+        "earlier versions cast every state, and torch.bfloat16 can round a tag's entries): its options cannot be "
+        "checked. If it was made with this metric's options, set its 'options_tag' entry to this metric's "
+        "(state_dict['options_tag'] = metric.options_tag, under the metric's prefix) and load it again"
+    )
+    for method in ("spearman", "kendall"):  # bfloat16 rounded the tag's layout: no options can be read from it
+        fresh = _persistent(MultilabelRankCorrelation(C, method=method))
+        _refused(lambda: fresh.load_state_dict(earlier), line)
+        assert fresh.rank_correlation_count == 0
+    resumed = _persistent(MultilabelRankCorrelation(C, method="kendall"))
+    resumed.load_state_dict({**earlier, "options_tag": resumed.options_tag})  # the way the message gives
+    assert torch.equal(resumed.rank_correlation_count, made.rank_correlation_count)
+    assert resumed.rank_correlation_count.dtype == torch.int64
+    if hasattr(Metric, "merge_state"):
+        states = {name: value.clone() for name, value in made.metric_state.items()}
+        states["options_tag"] = states["options_tag"].float()  # exact, but not this version's: load it first
+        target = _fed(MultilabelRankCorrelation(C, method="kendall"), _score_pairs(C, 1, 2))
+        before = _states(target)
+        with pytest.raises(ValueError, match=r"cannot merge these states: their metric has an options tag in "
+                                             r"torch\.float32: load its states into a metric of this version"):
+            target.merge_state(states)
+        assert all(torch.equal(getattr(target, key), state) for key, state in before.items())
+
+
+def test_lightning_resumes_a_metric_cast_with_set_dtype(tmp_path):
+    # float32 sums, as on a device without float64 (Apple's MPS): the checkpoint resumes, its options checked.
+    lightning = pytest.importorskip("lightning")
+
+    class Module(lightning.LightningModule):
+        def __init__(self, method: str = "kendall"):
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(C, C)
+            self.agreement = MultilabelRankCorrelation(C, method=method).set_dtype(torch.float32)
+            self.agreement.persistent(True)
+
+        def validation_step(self, batch, batch_idx):
+            preds, reference = batch
+            self.agreement.update(self.layer(preds), reference)
+            self.log("agreement", self.agreement, on_epoch=True)
+
+    batches = _score_pairs(C, 3, 4)
+    module = Module()
+    with warnings.catch_warnings():  # Lightning's advice on workers and loggers
+        warnings.simplefilter("ignore")
+        trainer = _validated(lightning, module, batches, tmp_path)
+        # Lightning resets a logged metric after the epoch: feed it again, as a run saved mid-epoch holds it.
+        with torch.no_grad():
+            for preds, reference in batches:
+                module.agreement.update(module.layer(preds), reference)
+        trainer.save_checkpoint(tmp_path / "run.ckpt")
+        same = Module.load_from_checkpoint(tmp_path / "run.ckpt")
+    assert same.agreement.rank_correlation_sum.dtype == torch.float32
+    assert same.agreement.rank_correlation_count.dtype == torch.int64
+    assert torch.equal(same.agreement.rank_correlation_sum, module.agreement.rank_correlation_sum)
+    assert torch.equal(same.agreement.rank_correlation_count, module.agreement.rank_correlation_count)
+    with pytest.raises(RuntimeError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Module.load_from_checkpoint(tmp_path / "run.ckpt", method="spearman")
+    assert str(info.value).split("\n\t")[1:] == [
+        _refusal_line(MultilabelRankCorrelation, "method='kendall'", "method='spearman'", " at 'agreement'")
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -145,6 +145,26 @@ def _decoded(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Any]]:
         return None
 
 
+def _uncast_tag(tag: Tensor) -> Optional[Tensor]:
+    """An options tag that ``set_dtype`` cast to a floating dtype, as the int64 tag it was where its entries are
+    still whole numbers (float32 and float64 hold every entry of a tag exactly), else None."""
+    if tag.device.type == "meta" or not tag.is_floating_point() or tag.ndim != 1:
+        return None
+    values = tag.double()
+    if not bool(torch.isfinite(values).all()) or not bool((values == values.round()).all()):
+        return None
+    return values.to(torch.int64)
+
+
+def _cast_tag_refusal(tag: Tensor) -> str:
+    return (
+        f"has its options_tag in {tag.dtype}, not int64 (metric.set_dtype in earlier versions cast every state, and "
+        f"{tag.dtype} can round a tag's entries): its options cannot be checked. If it was made with this metric's "
+        f"options, set its 'options_tag' entry to this metric's (state_dict['options_tag'] = metric.options_tag, "
+        f"under the metric's prefix) and load it again"
+    )
+
+
 def _describe(values: Dict[str, Any]) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in values.items())
 
@@ -219,13 +239,17 @@ class TaggedMetric(Metric):
         for name, value in sums.items():
             state = getattr(self, name)
             if state.is_inference() and not inference:
-                setattr(self, name, state + value)
+                setattr(self, name, (state + value).to(state.dtype))
             else:
                 state.add_(value)
 
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "TaggedMetric":
-        floats = tuple(n for n, d in self._defaults.items() if isinstance(d, Tensor) and d.dtype == torch.float64)
-        return _apply_keeping_float64(self, fn, exclude_state, floats)
+        tensors = {name: d for name, d in self._defaults.items() if isinstance(d, Tensor)}
+        if self._dtype_convert:  # set_dtype: the sums take its dtype; the options tag and the counts stay int64
+            kept = tuple(name for name, d in tensors.items() if not d.is_floating_point())
+        else:  # a module's cast (``model.to(torch.bfloat16)``) moves the float64 sums, never casts them
+            kept = tuple(name for name, d in tensors.items() if d.dtype == torch.float64)
+        return _apply_keeping_dtypes(self, fn, exclude_state, kept)
 
     def _legacy_refusal(self, saved: Callable[[str], Any]) -> Optional[str]:
         """Why a checkpoint of an earlier version cannot load here whatever the options (None: it may), with the
@@ -253,6 +277,11 @@ class TaggedMetric(Metric):
         names no fix for other options)."""
         ours = self._option_values()
         tag = saved("options_tag")
+        cast = isinstance(tag, Tensor) and tag.dtype != torch.int64
+        if cast:  # set_dtype cast every state in earlier versions (it keeps the tag int64 now)
+            tag = _uncast_tag(tag)
+            if tag is None:
+                return _cast_tag_refusal(saved("options_tag")), {}
         owner = tag_owner(tag)
         if owner is not None and owner != class_code(_library_class(self)):
             maker = _class_with_code(owner)
@@ -264,6 +293,8 @@ class TaggedMetric(Metric):
             differ = [name for name, value in theirs.items() if value != ours[name]]
         elif isinstance(tag, Tensor) and tag.ndim == 1 and tag.tolist()[:1] in ([TAG_LAYOUT], [PREVIOUS_LAYOUT]):
             return "was made by another metric class or with other options (an unknown options_tag)" + fix, {}
+        elif cast:  # no layout of this version's or the previous one's: the cast rounded it, or it is no tag
+            return _cast_tag_refusal(saved("options_tag")), {}
         else:
             refusal = self._legacy_refusal(saved)
             if refusal is not None:
@@ -302,15 +333,17 @@ class TaggedMetric(Metric):
                 states = incoming_state if isinstance(incoming_state, dict) else {}
             tag = states.get("options_tag")
             shape_only = isinstance(tag, Tensor) and "meta" in (tag.device.type, self.options_tag.device.type)
-            if isinstance(tag, Tensor) and not shape_only and tag.tolist() != self.options_tag.tolist():
+            cast = isinstance(tag, Tensor) and tag.dtype != torch.int64
+            if isinstance(tag, Tensor) and not shape_only and (cast or tag.tolist() != self.options_tag.tolist()):
                 refusal, adopted = self._checkpoint_check(states.get, action="merge", fix="")
                 if refusal is None and adopted:  # a value a checkpoint would give this metric: not the same stream
                     values = self._option_values()
                     refusal = (f"was made with {_describe(adopted)}; this metric has "
                                f"{_describe({name: values[name] for name in adopted})}")
-                elif refusal is None:  # the same options, in an earlier version's tag
-                    refusal = ("has an earlier version's options tag: load its states into a metric of this version "
-                               "(load_state_dict), then merge that metric")
+                elif refusal is None:  # the same options, in an earlier version's tag (or one cast by its set_dtype)
+                    earlier = f"an options tag in {tag.dtype}" if cast else "an earlier version's options tag"
+                    refusal = (f"has {earlier}: load its states into a metric of this version (load_state_dict), "
+                               f"then merge that metric")
                 raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
             if getattr(self, "num_bootstrap", 0):
                 raise ValueError(
@@ -361,12 +394,14 @@ class TaggedMetric(Metric):
         self._own_states()
 
     def _own_states(self) -> None:
-        """Replace every tensor state by a copy of its own on this metric's device: updates add into the states in
-        place (:meth:`_add_sums`), so no state may share its memory with a tensor held elsewhere."""
-        for name in self._defaults:
+        """Replace every tensor state by a copy of its own on this metric's device and in its dtype: updates add into
+        the states in place (:meth:`_add_sums`), so no state may share its memory with a tensor held elsewhere, and a
+        checkpoint's counts that an earlier version's ``set_dtype`` cast to floats are int64 counts again."""
+        for name, default in self._defaults.items():
             value = getattr(self, name)
             if isinstance(value, Tensor):
-                setattr(self, name, value.to(device=self.device, copy=True))
+                dtype = default.dtype if isinstance(default, Tensor) else value.dtype
+                setattr(self, name, value.to(device=self.device, dtype=dtype, copy=True))
 
 
 def _library_class(metric: "TaggedMetric") -> str:
@@ -434,19 +469,19 @@ def _values_checked(metric: Metric) -> Iterator[None]:
         metric.validate_args = validate_args
 
 
-def _apply_keeping_float64(metric: Metric, fn: Callable, exclude_state: Sequence[str], names: Tuple[str, ...]):
-    """``Metric._apply`` that moves the float64 sums ``names`` across devices but never changes their dtype.
+def _apply_keeping_dtypes(metric: Metric, fn: Callable, exclude_state: Sequence[str], names: Tuple[str, ...]):
+    """``Metric._apply`` that moves the states ``names`` across devices but never changes their dtype.
 
     torchmetrics guards its states against ``.half()`` or ``.float()`` but not against ``.to(dtype)``, which
     mixed-precision trainers call on whole models (``model.to(torch.bfloat16)``): cast sums would be rounded at
-    every update. Only an explicit ``set_dtype`` converts them.
+    every update, so the float64 sums are kept then. Only an explicit ``set_dtype`` converts the sums; it converts
+    every state in torchmetrics, so the options tag and the int64 counts are kept then: a count in bfloat16 is no
+    longer exact past 256, and a rounded tag no longer says which options a checkpoint was made with.
     """
     extra = (exclude_state,) if exclude_state else ()
-    if metric._dtype_convert:
-        return Metric._apply(metric, fn, *extra)
     saved = {name: (getattr(metric, name), metric._defaults[name]) for name in names if name not in exclude_state}
     this = Metric._apply(metric, fn, *extra)
-    for name, (value, default) in saved.items():  # the sums as they were, on the device fn moved them to
+    for name, (value, default) in saved.items():  # the states as they were, on the device fn moved them to
         setattr(this, name, value.to(getattr(this, name).device))
         this._defaults[name] = default.to(this._defaults[name].device)
     return this

@@ -150,7 +150,7 @@ def add_class_sums_(
     total: Tensor, count: Tensor, key: Tensor, sample: Tensor, group: Tensor, value: Tensor
 ) -> None:
     """Add bootstrap replicates of per-group sums and counts of values to ``total`` ``(B, G)`` float64 and
-    ``count`` ``(B, G)`` int64 (in place).
+    ``count`` ``(B, G)`` int64 (in place; a ``total`` of another floating dtype gets the batch's float64 sums).
 
     Item ``p`` (a positive label, say) belongs to sample ``sample[p]`` and group ``group[p]`` (its class) and carries
     ``value[p]``; in replicate ``b`` it counts ``w[b, sample[p]]`` times: ``total[b, g] += sum_p w[b, sample[p]]
@@ -163,6 +163,11 @@ def add_class_sums_(
     num_bootstrap, num_groups = total.shape
     device = value.device
     if num_bootstrap == 0 or value.numel() == 0:
+        return
+    if total.dtype != torch.float64:  # a metric's sums cast with set_dtype: the batch's sums in float64, added once
+        batch = torch.zeros(total.shape, dtype=torch.float64, device=total.device)
+        add_class_sums_(batch, count, key, sample, group, value)
+        total.add_(batch.to(total.dtype))
         return
     thresholds = _thresholds(device)
     value = value.to(torch.float64)
@@ -229,7 +234,7 @@ def add_weighted_sums_(key: Tensor, first_sample: Union[int, Tensor], pairs) -> 
             k = values.shape[1]
             items = sample.repeat_interleave(k)
             group = torch.arange(k, device=device).repeat(num_rows)
-            if out.dtype == torch.float64:  # added onto the running sums in stream order, as add_class_sums_ does
+            if out.is_floating_point():  # added onto the running sums in stream order, as add_class_sums_ does
                 add_class_sums_(out, torch.zeros(out.shape, dtype=torch.int64), key, items, group, values.reshape(-1))
                 continue
             total = torch.zeros(out.shape, dtype=torch.float64, device=device)
@@ -243,7 +248,7 @@ def add_weighted_sums_(key: Tensor, first_sample: Union[int, Tensor], pairs) -> 
         weight = weight.to(torch.float64).t()
         for out, values in pairs:
             sums = weight @ values[start:stop]
-            out[first:last] += sums if out.dtype == torch.float64 else sums.round_().to(out.dtype)
+            out[first:last] += sums.to(out.dtype) if out.is_floating_point() else sums.round_().to(out.dtype)
             del sums
         del weight
 
