@@ -19,6 +19,7 @@ import pytest
 import torch
 from sklearn.metrics import label_ranking_average_precision_score
 
+from tests.cli_output import without_compile_notice
 from tests.reference import naive_lwlrap
 from torch_lwlrap import compare_lwlrap
 
@@ -37,7 +38,7 @@ def cli(*args, stdin=None, cwd=None):
         cwd=cwd or REPO,
         timeout=300,
     )
-    return done.returncode, done.stdout.decode("utf-8"), done.stderr.decode("utf-8")
+    return done.returncode, done.stdout.decode("utf-8"), without_compile_notice(done.stderr.decode("utf-8"))
 
 
 def cli_json(*args, stdin=None):
