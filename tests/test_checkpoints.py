@@ -533,33 +533,43 @@ def test_lightning_checkpoint_with_other_options_is_refused(tmp_path):
 # set_dtype: the sums take its dtype; the options tag and the counts stay int64
 
 
-CASTS = [torch.float32, torch.float16, torch.bfloat16]
+def _results(metric) -> List[torch.Tensor]:
+    """Every value a metric returns: compute(), and its per-class scores and interval where it has them."""
+    value = metric.compute()
+    out = list(value.values()) if isinstance(value, dict) else [value]
+    if hasattr(metric, "per_class") and not isinstance(metric, MultilabelTieReport):
+        out += list(metric.per_class())
+    if getattr(metric, "num_bootstrap", 0):
+        out += list(metric.confidence_interval())
+    return out
 
 
-@pytest.mark.parametrize("dtype", CASTS, ids=str)
 @pytest.mark.parametrize("cls, options, data", HOLDERS, ids=[f"{c.__name__}-{len(o)}" for c, o, _ in HOLDERS])
-def test_set_dtype_casts_the_sums_and_keeps_the_tag_and_the_counts_int64(cls, options, data, dtype, tmp_path):
-    # torchmetrics' set_dtype casts every state: a bfloat16 count is no longer exact past 256, and a rounded tag no
-    # longer tells which options a checkpoint was made with (a bfloat16 Kendall checkpoint loaded into Spearman).
+def test_set_dtype_casts_the_sums_and_keeps_the_tag_the_counts_and_float64_results(cls, options, data, tmp_path):
+    # float32 sums, for a device without float64. torchmetrics' set_dtype casts every state: a float tag no longer
+    # tells which options a checkpoint was made with once rounded (a bfloat16 Kendall checkpoint loaded silently into
+    # a Spearman metric), float counts stop growing, and results would come in the states' dtype.
     batches = data(C, 4, 5)
     torch.manual_seed(11)  # the drawn bootstrap seed, where one is drawn
     plain = _fed(cls(**options), batches)
     torch.manual_seed(11)
-    cast = _fed(cls(**options).set_dtype(dtype), batches)
-    tolerance = 1e-6 if dtype == torch.float32 else 3e-2
+    cast = _fed(cls(**options).set_dtype(torch.float32), batches)
     for name, default in plain._defaults.items():
         value, want = getattr(cast, name), getattr(plain, name)
         if default.is_floating_point():
-            assert value.dtype == cast._defaults[name].dtype == dtype, name
-            torch.testing.assert_close(value.double(), want, rtol=tolerance, atol=tolerance * want.abs().max())
+            assert value.dtype == cast._defaults[name].dtype == torch.float32, name
+            torch.testing.assert_close(value.double(), want, rtol=1e-6, atol=1e-6 * want.abs().max())
         else:  # the tag and the counts: int64 and exact
             assert value.dtype == cast._defaults[name].dtype == torch.int64, name
             assert torch.equal(value, want), name
+    for got, want in zip(_results(cast), _results(plain), strict=True):  # computed and returned in float64
+        assert got.dtype == want.dtype == torch.float64
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
     # A checkpoint of the cast metric resumes in a metric built and cast the same way, state for state.
     torch.manual_seed(11)
-    first = _fed(_persistent(cls(**options).set_dtype(dtype)), batches[:2])
+    first = _fed(_persistent(cls(**options).set_dtype(torch.float32)), batches[:2])
     torch.save(first.state_dict(), tmp_path / "cast.pt")
-    resumed = _persistent(cls(**options).set_dtype(dtype))
+    resumed = _persistent(cls(**options).set_dtype(torch.float32))
     resumed.load_state_dict(torch.load(tmp_path / "cast.pt", weights_only=True))
     _fed(resumed, batches[2:])
     for name in plain._defaults:
@@ -568,17 +578,61 @@ def test_set_dtype_casts_the_sums_and_keeps_the_tag_and_the_counts_int64(cls, op
     assert all(getattr(cast, name).dtype == default.dtype for name, default in cast._defaults.items())
 
 
-def test_counts_stay_exact_past_bfloat16_s_integers():
-    metric = MultilabelRankCorrelation(C, method="kendall").set_dtype(torch.bfloat16)
-    lwlrap = MultilabelLWLRAP(C).set_dtype(torch.bfloat16)
-    pairs = _score_pairs(C, 1, 2)[0]
-    for _ in range(201):  # 1005 samples: bfloat16 holds whole numbers exactly up to 256 only
-        metric.update(*pairs)
-        lwlrap.update(pairs[0], (pairs[1] > 0).long())
-    constant = int((pairs[0].amin(1) == pairs[0].amax(1)).logical_or(pairs[1].amin(1) == pairs[1].amax(1)).sum())
-    assert metric.rank_correlation_count.item() == 201 * (5 - constant)
-    assert metric.rank_correlation_constant_count.item() == 201 * constant
-    assert torch.equal(lwlrap.label_count, 201 * (pairs[1] > 0).long().sum(0))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.int64, "float16", "torch.half"],
+                         ids=str)
+def test_set_dtype_refuses_dtypes_that_cannot_hold_sums_of_many_samples(dtype):
+    metric = _fed(MultilabelLRAP(C, num_bootstrap=8, bootstrap_seed=1), _batches(C, 1))
+    before = _states(metric)
+    with pytest.raises(ValueError, match=r"^MultilabelLRAP\.set_dtype\(.+\): the states are sums over every sample "
+                                         r"seen, which .+ cannot hold .+ Use torch\.float32 \(on a device without "
+                                         r"float64\) or torch\.float64"):
+        metric.set_dtype(dtype)
+    for name, state in before.items():  # nothing cast
+        assert getattr(metric, name).dtype == state.dtype and torch.equal(getattr(metric, name), state), name
+    collection = MetricCollection({"lrap": MultilabelLRAP(C), "ndcg": MultilabelNDCG(C)})
+    with pytest.raises(ValueError, match=r"set_dtype"):
+        collection.set_dtype(dtype)
+    for name in ("float32", "torch.float32", torch.float32):  # as torchmetrics takes it: a dtype or its name
+        assert MultilabelLRAP(C).set_dtype(name).lrap_sum.dtype == torch.float32
+
+
+def test_a_module_cast_leaves_float32_sums_and_kept_results_alone():
+    # Lightning's precision="bf16-true" casts the whole model: no sum may follow, float32 ones neither.
+    batches = _batches(C, 6, 7)
+    model = torch.nn.Module()
+    model.net = torch.nn.Linear(C, C)
+    model.lrap32 = MultilabelLRAP(C).set_dtype(torch.float32)
+    model.lrap = MultilabelLRAP(C)
+    reference = MultilabelLRAP(C)
+    for preds, target in batches[:3]:
+        for metric in (model.lrap32, model.lrap, reference):
+            metric.update(preds, target)
+    kept = model.lrap.compute()  # torchmetrics keeps it until the next update
+    model.to(torch.bfloat16)
+    assert model.lrap32.lrap_sum.dtype == model.lrap32.weight_sum.dtype == torch.float32
+    assert model.lrap.lrap_sum.dtype == torch.float64
+    assert model.lrap.compute().dtype == torch.float64 and torch.equal(model.lrap.compute(), kept)
+    for preds, target in batches[3:]:
+        for metric in (model.lrap32, model.lrap, reference):
+            metric.update(preds, target)
+    assert torch.equal(model.lrap.compute(), reference.compute())
+    torch.testing.assert_close(model.lrap32.compute(), reference.compute(), rtol=1e-6, atol=0)
+    want = multilabel_lrap(torch.cat([p for p, _ in batches]), torch.cat([t for _, t in batches]))
+    torch.testing.assert_close(reference.compute(), want, rtol=1e-12, atol=0)
+
+
+def test_merge_state_keeps_a_cast_metric_s_dtypes():
+    from torchmetrics import Metric
+
+    if not hasattr(Metric, "merge_state"):
+        pytest.skip("this torchmetrics has no merge_state")
+    batches = _batches(C, 4, 8)
+    whole = _fed(MultilabelLWLRAP(C), batches)
+    target = _fed(MultilabelLWLRAP(C).set_dtype(torch.float32), batches[:2])
+    target.merge_state(_fed(MultilabelLWLRAP(C), batches[2:]))  # float64 sums into float32 ones
+    assert target.precision_sum.dtype == torch.float32 and target.label_count.dtype == torch.int64
+    assert torch.equal(target.label_count, whole.label_count)
+    torch.testing.assert_close(target.compute(), whole.compute(), rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -597,18 +651,19 @@ def test_a_checkpoint_an_earlier_set_dtype_cast_whole_loads_when_its_tag_reads_e
     )
 
 
-def test_a_tag_an_earlier_set_dtype_rounded_is_refused_with_the_way_to_load_it():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_tag_an_earlier_set_dtype_rounded_is_refused_with_the_way_to_load_it(dtype):
     from torchmetrics import Metric
 
     made = _fed(_persistent(MultilabelRankCorrelation(C, method="kendall")), _score_pairs(C, 3, 1))
-    earlier = {name: value.to(torch.bfloat16) for name, value in made.state_dict().items()}
+    earlier = {name: value.to(dtype) for name, value in made.state_dict().items()}
     line = (
-        "MultilabelRankCorrelation checkpoint has its options_tag in torch.bfloat16, not int64 (metric.set_dtype in "
-        "earlier versions cast every state, and torch.bfloat16 can round a tag's entries): its options cannot be "
-        "checked. If it was made with this metric's options, set its 'options_tag' entry to this metric's "
-        "(state_dict['options_tag'] = metric.options_tag, under the metric's prefix) and load it again"
+        f"MultilabelRankCorrelation checkpoint has its options_tag in {dtype}, not int64 (metric.set_dtype in "
+        f"earlier versions cast every state, and {dtype} can round a tag's entries): its options cannot be "
+        f"checked. If it was made with this metric's options, set its 'options_tag' entry to this metric's "
+        f"(state_dict['options_tag'] = metric.options_tag, under the metric's prefix) and load it again"
     )
-    for method in ("spearman", "kendall"):  # bfloat16 rounded the tag's layout: no options can be read from it
+    for method in ("spearman", "kendall"):  # a rounded tag (bfloat16; float16 past 2048) says nothing for sure
         fresh = _persistent(MultilabelRankCorrelation(C, method=method))
         _refused(lambda: fresh.load_state_dict(earlier), line)
         assert fresh.rank_correlation_count == 0

@@ -146,9 +146,9 @@ def _decoded(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Any]]:
 
 
 def _uncast_tag(tag: Tensor) -> Optional[Tensor]:
-    """An options tag that ``set_dtype`` cast to a floating dtype, as the int64 tag it was where its entries are
-    still whole numbers (float32 and float64 hold every entry of a tag exactly), else None."""
-    if tag.device.type == "meta" or not tag.is_floating_point() or tag.ndim != 1:
+    """An options tag that ``set_dtype`` cast to float32 or float64, which hold each of its entries (below 2**16)
+    exactly, as the int64 tag it was; else None (float16 and bfloat16 round entries to other whole numbers)."""
+    if tag.device.type == "meta" or tag.dtype not in (torch.float32, torch.float64) or tag.ndim != 1:
         return None
     values = tag.double()
     if not bool(torch.isfinite(values).all()) or not bool((values == values.round()).all()):
@@ -247,9 +247,41 @@ class TaggedMetric(Metric):
         tensors = {name: d for name, d in self._defaults.items() if isinstance(d, Tensor)}
         if self._dtype_convert:  # set_dtype: the sums take its dtype; the options tag and the counts stay int64
             kept = tuple(name for name, d in tensors.items() if not d.is_floating_point())
-        else:  # a module's cast (``model.to(torch.bfloat16)``) moves the float64 sums, never casts them
-            kept = tuple(name for name, d in tensors.items() if d.dtype == torch.float64)
+        else:  # a module's cast (``model.to(torch.bfloat16)``) moves the sums, never casts them
+            kept = tuple(name for name, d in tensors.items() if d.is_floating_point())
         return _apply_keeping_dtypes(self, fn, exclude_state, kept)
+
+    def set_dtype(self, dst_type: Any) -> "TaggedMetric":
+        """torchmetrics' ``set_dtype``, for float32 and float64 only: the floating sums take the dtype (float32 on a
+        device without float64), the int64 counts and the options tag keep theirs, and every result is still
+        computed and returned in float64. A sum of many samples in float16 or bfloat16 stops growing (past 2048 or
+        256 in steps of one): those dtypes are refused."""
+        dtype = _sum_dtype(dst_type)
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(
+                f"{type(self).__name__}.set_dtype({dst_type!r}): the states are sums over every sample seen, which "
+                f"{dst_type} cannot hold (a float16 sum stops growing in steps of one past 2048, a bfloat16 sum past "
+                f"256, an integer sum loses every fraction). Use torch.float32 (on a device without float64) or "
+                f"torch.float64, the default; a module cast (model.to(torch.bfloat16)) leaves the states alone."
+            )
+        return super().set_dtype(dtype)
+
+    @contextlib.contextmanager
+    def sync_context(self, *args: Any, **kwargs: Any) -> Iterator[None]:
+        """torchmetrics' ``sync_context`` (``compute`` and the methods that read the synced states run inside it),
+        with sums that ``set_dtype`` cast read as float64: results are computed and returned in float64."""
+        with super().sync_context(*args, **kwargs):
+            cast = {
+                name: getattr(self, name) for name, default in self._defaults.items()
+                if isinstance(default, Tensor) and default.is_floating_point() and default.dtype != torch.float64
+            }
+            for name, value in cast.items():
+                setattr(self, name, value.double())
+            try:
+                yield
+            finally:
+                for name, value in cast.items():
+                    setattr(self, name, value)
 
     def _legacy_refusal(self, saved: Callable[[str], Any]) -> Optional[str]:
         """Why a checkpoint of an earlier version cannot load here whatever the options (None: it may), with the
@@ -354,6 +386,7 @@ class TaggedMetric(Metric):
                     f"keeps the ranks' weights apart)."
                 )
             super().merge_state(incoming_state)
+            self._own_states()  # each state in its own dtype (a float64 sum added into a float32 one gives float64)
 
     def _load_from_state_dict(
         self,
@@ -470,21 +503,47 @@ def _values_checked(metric: Metric) -> Iterator[None]:
 
 
 def _apply_keeping_dtypes(metric: Metric, fn: Callable, exclude_state: Sequence[str], names: Tuple[str, ...]):
-    """``Metric._apply`` that moves the states ``names`` across devices but never changes their dtype.
+    """``Metric._apply`` that moves the states ``names`` across devices but never changes their dtype, nor that of
+    the results torchmetrics keeps (``_computed``, ``_forward_cache``: float64 values).
 
     torchmetrics guards its states against ``.half()`` or ``.float()`` but not against ``.to(dtype)``, which
     mixed-precision trainers call on whole models (``model.to(torch.bfloat16)``): cast sums would be rounded at
-    every update, so the float64 sums are kept then. Only an explicit ``set_dtype`` converts the sums; it converts
-    every state in torchmetrics, so the options tag and the int64 counts are kept then: a count in bfloat16 is no
-    longer exact past 256, and a rounded tag no longer says which options a checkpoint was made with.
+    every update, so the sums (float64, or float32 after ``set_dtype``) are kept then. Only an explicit
+    ``set_dtype`` converts the sums; it converts every state in torchmetrics, so the options tag and the int64
+    counts are kept then: a count in float32 stops at 2**24, and a rounded tag would no longer say which options a
+    checkpoint was made with.
     """
     extra = (exclude_state,) if exclude_state else ()
     saved = {name: (getattr(metric, name), metric._defaults[name]) for name in names if name not in exclude_state}
+    results = {name: getattr(metric, name, None) for name in ("_computed", "_forward_cache")}
     this = Metric._apply(metric, fn, *extra)
     for name, (value, default) in saved.items():  # the states as they were, on the device fn moved them to
         setattr(this, name, value.to(getattr(this, name).device))
         this._defaults[name] = default.to(this._defaults[name].device)
+    for name, value in results.items():
+        if value is not None:
+            setattr(this, name, _moved(value, this.device))
     return this
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    """``value`` (a tensor, or a dict, list or tuple of them) on ``device``, each tensor in its own dtype."""
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {key: _moved(item, device) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_moved(item, device) for item in value)
+    return value
+
+
+def _sum_dtype(dst_type: Any) -> Any:
+    """The dtype ``set_dtype`` was given (a dtype, or its name as ``"float32"`` or ``"torch.float32"``), else the
+    argument itself."""
+    if isinstance(dst_type, str):
+        found = getattr(torch, dst_type[len("torch."):] if dst_type.startswith("torch.") else dst_type, None)
+        return found if isinstance(found, torch.dtype) else dst_type
+    return dst_type
 
 
 def _synced(metric: Metric):
