@@ -63,7 +63,8 @@ def naive_ndcg(preds, relevance, k, gain, ties, ignore_index=None, empty_target=
     values, weights = [], []
     for i, (scores, grades) in enumerate(zip(preds.double().tolist(), relevance.double().tolist())):
         known = [j for j in range(len(scores)) if ignore_index is None or grades[j] != ignore_index]
-        g = {j: (2.0 ** grades[j] - 1 if gain == "exponential" else grades[j]) for j in known}
+        # 2**rel - 1 as expm1(rel ln 2): accurate for the smallest grades too (2.0 ** 1e-17 - 1 is 0)
+        g = {j: (math.expm1(grades[j] * math.log(2)) if gain == "exponential" else grades[j]) for j in known}
         cut = len(known) if k is None else k
         ideal = sum(v / math.log2(p + 2) for p, v in enumerate(sorted(g.values(), reverse=True)[:cut]))
         w = 1.0 if weight is None else float(weight[i])
@@ -573,7 +574,8 @@ def test_a_rejected_batch_leaves_the_state_as_it_was(index):
     before = {name: getattr(metric, name).clone() for name in metric._defaults}
     bad_b = b[20:].clone()
     bad_b[3, 1] = math.nan
-    bad = [(a[20:], bad_b), (a[20:, :5], b[20:, :5]), (a[20:].long(), b[20:])]
+    bad = [(a[20:], bad_b), (a[20:, :5], b[20:, :5]), (a[20:].long(), b[20:]),
+           (a[20:].to(torch.float8_e4m3fn), b[20:]), (a[20:], b[20:].to_sparse())]
     for preds, other in bad:
         for call in (metric.update, metric):
             with pytest.raises((ValueError, TypeError)):
@@ -617,6 +619,41 @@ def test_errors_name_the_argument_the_value_and_the_fix():
         multilabel_ndcg(a, b.abs(), gain="log")
     with pytest.raises(ValueError, match=r"`empty_target` must be one of"):
         multilabel_ndcg(a, b.abs(), empty_target="nan")
+
+
+def test_float8_and_sparse_inputs_are_refused_by_the_gate_naming_the_argument():
+    # torch has no sorts or comparisons for float8 yet, nor these reductions on sparse tensors: without the gate's
+    # check they failed deep inside torch ("aminmax_cpu" not implemented for 'Float8_e4m3fn').
+    a, b = distinct_rows(19, n=4, c=5)
+    calls = [
+        (("preds", "reference"), lambda x, y, v: multilabel_rank_correlation(x, y, validate_args=v)),
+        (("preds", "reference"), lambda x, y, v: multilabel_rank_correlation(x, y, method="kendall", validate_args=v)),
+        (("preds_a", "preds_b"), lambda x, y, v: multilabel_kendall_distance_at_k(x, y, 3, validate_args=v)),
+        (("preds", "relevance"), lambda x, y, v: multilabel_ndcg(x, y, 3, validate_args=v)),
+    ]
+    for names, call in calls:
+        for validate_args in (True, False):
+            for position, name in enumerate(names):
+                for bad, words in ((torch.float8_e4m3fn, ["float8_e4m3fn", f"`{name}.float()`"]),
+                                   ("sparse", ["sparse_coo", f"`{name}.to_dense()`"])):
+                    args = [a, b.abs()]
+                    args[position] = args[position].to_sparse() if bad == "sparse" else args[position].to(bad)
+                    with pytest.raises(TypeError) as info:
+                        call(*args, validate_args)
+                    assert str(info.value).startswith(f"Argument `{name}` "), str(info.value)
+                    assert all(word in str(info.value) for word in words), str(info.value)
+
+
+def test_exponential_gains_of_the_smallest_grades_are_not_rounded_away():
+    # 2**rel - 1 computed as exp2(rel) - 1 is 0 for rel below about 1e-16: a relevant label counted as irrelevant.
+    preds = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.4]], dtype=torch.float64)
+    relevance = torch.tensor([[1e-17, 0.0, 3e-300], [0.0, 1e-20, 0.5]], dtype=torch.float64)
+    for ties in ("max", "index", "expected"):
+        got = multilabel_ndcg(preds, relevance, ties=ties)
+        want = naive_ndcg(preds, relevance, None, "exponential", ties)
+        assert got.item() == pytest.approx(want, rel=1e-12)
+    first = multilabel_ndcg(preds[:1, :2], relevance[:1, :2])  # the one relevant label ranked first: 1, not 0
+    assert first.item() == pytest.approx(1.0, rel=1e-12)
 
 
 def _pair_calls():

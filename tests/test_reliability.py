@@ -526,6 +526,10 @@ BAD_BATCHES = [
     ("target value -2", (P, _with(T, (2, 0), -2)), {}, ValueError, ["`target`", "[-2]"]),
     ("target value 0.5", (P, _with(T.float(), (2, 0), 0.5)), {}, ValueError, ["`target`", "[0.5]"]),
     ("uint8 target 255", (P, _with(T.clamp(min=0), (3, 2), 255).byte()), {}, ValueError, ["`target`", "[255]"]),
+    ("float8 preds", (P.to(torch.float8_e4m3fn), T), {}, TypeError, ["`preds`", "float8_e4m3fn", "`preds.float()`"]),
+    ("float8 target", (P, T.float().to(torch.float8_e5m2)), {}, TypeError, ["`target`", "float8_e5m2", "`target.float()`"]),
+    ("sparse preds", (P.to_sparse(), T), {}, TypeError, ["`preds`", "sparse_coo", "`preds.to_dense()`"]),
+    ("sparse target", (P, T.to_sparse()), {}, TypeError, ["`target`", "sparse_coo", "`target.to_dense()`"]),
     ("preds and target on meta", (P.to(META), T.to(META)), {}, ValueError, ["`preds`", "meta", "cpu"]),
     ("target on meta", (P, T.to(META)), {}, ValueError, ["`target`", "meta"]),
 ]
@@ -539,6 +543,8 @@ BAD_WEIGHTS = [
     ("NaN weight", {"sample_weight": _with(W, 2, math.nan)}, ValueError, ["`sample_weight`", "NaN"]),
     ("inf weight", {"sample_weight": _with(W, 2, math.inf)}, ValueError, ["`sample_weight`", "inf"]),
     ("bool weight", {"sample_weight": W.bool()}, TypeError, ["`sample_weight`", "torch.bool"]),
+    ("float8 weight", {"sample_weight": W.to(torch.float8_e4m3fn)}, TypeError, ["`sample_weight`", "float8_e4m3fn"]),
+    ("sparse weight", {"sample_weight": W.to_sparse()}, TypeError, ["`sample_weight`", "sparse_coo"]),
     ("weight on meta", {"sample_weight": W.to(META)}, ValueError, ["`sample_weight`", "meta"]),
 ]
 METRICS = {

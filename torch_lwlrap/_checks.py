@@ -124,11 +124,30 @@ def user_call() -> str:
     return f"`{name}(preds=scores, target=labels)`"
 
 
+#: The floating dtypes a tensor argument may have: torch has no sorts or comparisons for the float8 ones yet.
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_kind(name: str, value: Tensor) -> None:
+    """A dense tensor, floating only in a dtype of :data:`FLOAT_DTYPES` (else torch fails deep inside a metric)."""
+    if value.layout != torch.strided:
+        raise TypeError(
+            f"Argument `{name}` must be a dense tensor, but got layout {value.layout}: convert it with "
+            f"`{name}.to_dense()`."
+        )
+    if value.is_floating_point() and value.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"Argument `{name}` has dtype {value.dtype}, which torch cannot sort or compare yet: convert it with "
+            f"`{name}.float()` (float16, bfloat16, float32 and float64 are taken as they are)."
+        )
+
+
 def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
     """Checks that need no look at the values, hence no host-device sync: always run."""
     for name, value in (("preds", preds), ("target", target)):
         if not isinstance(value, Tensor):
             raise TypeError(f"Argument `{name}` must be a torch.Tensor, but got {type(value).__name__}.")
+        _check_kind(name, value)
     if not preds.is_floating_point() and target.is_floating_point():
         raise TypeError(
             f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and `target` "
@@ -163,6 +182,7 @@ def _check_layout(name: str, value: Tensor) -> None:
 def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor) -> None:
     if not isinstance(sample_weight, Tensor):
         raise TypeError(f"Argument `sample_weight` must be a torch.Tensor or None, but got {type(sample_weight).__name__}.")
+    _check_kind("sample_weight", sample_weight)
     if sample_weight.is_complex() or sample_weight.dtype == torch.bool:
         raise TypeError(f"Argument `sample_weight` must be a real-valued tensor, but got dtype {sample_weight.dtype}.")
     n = preds.shape[0]
@@ -476,6 +496,7 @@ def check_graded_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
 def _check_scores(name: str, value, what: str) -> None:
     if not isinstance(value, Tensor):
         raise TypeError(f"Argument `{name}` must be a torch.Tensor, but got {type(value).__name__}.")
+    _check_kind(name, value)
     if not value.is_floating_point():
         raise TypeError(
             f"Argument `{name}` must be a floating point tensor of {what} (float16, bfloat16, float32 or float64), "
@@ -552,6 +573,7 @@ def check_graded(
     _check_scores("preds", preds, "scores")
     if not isinstance(relevance, Tensor):
         raise TypeError(f"Argument `relevance` must be a torch.Tensor, but got {type(relevance).__name__}.")
+    _check_kind("relevance", relevance)
     if relevance.is_complex():
         raise TypeError(f"Argument `relevance` must be a real-valued tensor, but got dtype {relevance.dtype}.")
     if relevance.dtype in _UNSIGNED_WITHOUT_COMPARISONS:

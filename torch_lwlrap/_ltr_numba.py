@@ -38,8 +38,8 @@ times as fast spread; 1.2 times as fast at once as without prefetching).
   pairs are compared directly, an entry against a vector of the later ones, when the union is small
   (:data:`PAIRS_MAX`), else counted as for tau.
 
-Both variants of a parallel kernel write per-row values only; torch sums them in row order, so results do not depend
-on the thread count.
+Both variants of a parallel kernel write per-row values only, which do not depend on the thread count; torch's sum
+of them may differ in its last bits with the thread count.
 """
 
 from __future__ import annotations

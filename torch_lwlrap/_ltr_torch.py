@@ -13,6 +13,8 @@ inversions of ``y`` read in the order of ``(x, y)``, counted by a bottom-up merg
 
 from __future__ import annotations
 
+import math
+
 from typing import Optional, Tuple
 
 import torch
@@ -157,9 +159,13 @@ def distance_rows(a: Tensor, b: Tensor, k: int) -> Tensor:
 
 
 def gains(relevance: Tensor, gain: str) -> Tensor:
-    """float64 gains of relevance grades: ``2**rel - 1`` (``"exponential"``) or ``rel`` (``"linear"``)."""
+    """float64 gains of relevance grades: ``2**rel - 1`` (``"exponential"``) or ``rel`` (``"linear"``). Below 1,
+    ``expm1(rel ln 2)``: ``exp2(rel) - 1`` rounds a grade under about 1e-16 to a gain of 0 (a relevant label
+    counted as irrelevant); from 1 on, ``exp2(rel) - 1``, exact for whole grades."""
     relevance = relevance.to(torch.float64)
-    return torch.exp2(relevance) - 1 if gain == "exponential" else relevance
+    if gain != "exponential":
+        return relevance
+    return torch.where(relevance < 1, torch.expm1(relevance * math.log(2)), torch.exp2(relevance) - 1)
 
 
 def ndcg_rows(
