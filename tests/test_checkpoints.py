@@ -8,6 +8,7 @@ uninterrupted run, which is checked against the functions on all data and a naiv
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -559,7 +560,9 @@ def test_set_dtype_casts_the_sums_and_keeps_the_tag_the_counts_and_float64_resul
         if default.is_floating_point():
             assert value.dtype == cast._defaults[name].dtype == torch.float32, name
             torch.testing.assert_close(value.double(), want, rtol=1e-6, atol=1e-6 * want.abs().max())
-        else:  # the tag and the counts: int64 and exact
+        elif name == "options_tag":  # the same options; its last entry, the sums' dtype: float32 (1)
+            assert value.dtype == torch.int64 and value.tolist() == want.tolist()[:-1] + [1]
+        else:  # the counts: int64 and exact
             assert value.dtype == cast._defaults[name].dtype == torch.int64, name
             assert torch.equal(value, want), name
     for got, want in zip(_results(cast), _results(plain), strict=True):  # computed and returned in float64
@@ -782,6 +785,57 @@ def test_a_collection_never_merges_metrics_whose_options_differ(make):
     num_labels = collection["a"].num_labels
     collection.update(torch.zeros(0, num_labels), torch.zeros(0, num_labels, dtype=torch.int64))
     assert len(collection.compute_groups) == 2
+
+
+SETTINGS = [
+    (MultilabelLWLRAP, dict(num_labels=C), _batches),
+    (MultilabelLRAP, dict(num_labels=C, num_bootstrap=4, bootstrap_seed=1), _batches),
+    (MultilabelNDCG, dict(num_labels=C, k=3), _score_pairs),
+    (MultilabelRankCorrelation, dict(num_labels=C, method="kendall"), _score_pairs),
+    (MultilabelKendallDistanceAtK, dict(num_labels=C, k=2), _score_pairs),
+]
+
+
+@pytest.mark.parametrize("cls, options, data", SETTINGS, ids=[c.__name__ for c, _, _ in SETTINGS])
+def test_a_collection_keeps_metrics_that_check_or_keep_their_sums_differently_apart(cls, options, data):
+    # Only a compute group's first member sees the batches: a metric with validate_args=True grouped after one
+    # with validate_args=False took NaN batches silently, and a float64 one grouped with a float32 one read float32
+    # sums. The settings sit at the tag's end; checkpoints and merges do not compare them.
+    batches = data(C, 3, 9)
+    collection = MetricCollection({
+        "fast": cls(**options, validate_args=False),
+        "strict": cls(**options),
+        "float32": cls(**options).set_dtype(torch.float32),
+    })
+    alone = cls(**options)
+    for batch in batches:
+        collection.update(*batch)
+        alone.update(*batch)
+    assert sorted(map(sorted, collection.compute_groups.values())) == [["fast"], ["float32"], ["strict"]]
+    strict = collection["strict"]
+    assert all(getattr(strict, name).dtype == default.dtype for name, default in alone._defaults.items())
+    for name in alone._defaults:
+        assert torch.equal(getattr(strict, name), getattr(alone, name)), name
+    before = _states(strict)
+    preds, other = (value.clone() for value in batches[0])
+    preds[1, 2] = math.nan
+    with pytest.raises(ValueError, match=r"Argument `preds(_a)?` contains NaN \(first at index \(1, 2\)\)"):
+        collection.update(preds, other)
+    assert all(torch.equal(getattr(strict, name), value) for name, value in before.items())
+    # A checkpoint or a merge across settings: the options agree, so they load and add; each keeps its own tag.
+    fast = _persistent(_fed(cls(**options, validate_args=False), batches))
+    resumed = _persistent(cls(**options))
+    resumed.load_state_dict(fast.state_dict())
+    assert torch.equal(resumed.options_tag, cls(**options).options_tag)
+    assert all(torch.equal(getattr(resumed, n), getattr(fast, n)) for n in alone._defaults if n != "options_tag")
+    from torchmetrics import Metric
+
+    if hasattr(Metric, "merge_state") and not options.get("num_bootstrap"):  # replicates never merge
+        merged = _fed(cls(**options).set_dtype(torch.float32), batches[:1])
+        tag = merged.options_tag.clone()
+        merged.merge_state(_fed(cls(**options, validate_args=False), batches[1:]))
+        assert torch.equal(merged.options_tag, tag)
+        torch.testing.assert_close(merged.compute(), alone.compute(), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize(

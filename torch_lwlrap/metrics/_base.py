@@ -38,6 +38,13 @@ from torch_lwlrap._checks import check_batch
 TAG_LAYOUT = 1003
 PREVIOUS_LAYOUT = 1002
 
+#: Marks the run settings at a tag's end, ``[SETTINGS_MARK, validate_args, sums dtype (0: float64, 1: float32)]``.
+#: torchmetrics puts metrics whose states are equal into one compute group of a ``MetricCollection``, where only the
+#: group's first member sees the batches: metrics that check their batches differently, or keep their sums in
+#: another dtype, must not share one. Checkpoints and merges never compare the settings.
+SETTINGS_MARK = 1999
+_SUM_DTYPES = (torch.float64, torch.float32)
+
 _PIECE = 1 << 16
 _PIECES = 4  # an int64 as four 16-bit pieces of its two's complement
 
@@ -133,7 +140,13 @@ def decode_tag(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Tuple[
             return None
         out[option.name] = tuple(values[at + 1 : at + 1 + values[at]])
         at += 1 + values[at]
-    return out if at == len(values) else None
+    rest = values[at:]
+    return out if not rest or (len(rest) == 3 and rest[0] == SETTINGS_MARK) else None
+
+
+def _without_settings(values: List[int]) -> List[int]:
+    """A tag's entries less its run settings (:data:`SETTINGS_MARK`), if it has them."""
+    return values[:-3] if len(values) >= 3 and values[-3] == SETTINGS_MARK else values
 
 
 def _decoded(tag: Any, options: Sequence[Option]) -> Optional[Dict[str, Any]]:
@@ -187,8 +200,19 @@ class TaggedMetric(Metric):
         if self._defaults:
             raise RuntimeError(f"{type(self).__name__} declares its options before its states")
         self._options = tuple(option for option in options if option is not None)
-        tag = torch.tensor(encode_tag(_library_class(self), self._options), dtype=torch.int64)
-        self.add_state("options_tag", tag, dist_reduce_fx="max")
+        self.add_state("options_tag", self._tag(torch.float64), dist_reduce_fx="max")
+
+    def _tag(self, sum_dtype: torch.dtype) -> Tensor:
+        """This metric's options tag, its run settings at the end (:data:`SETTINGS_MARK`)."""
+        settings = [SETTINGS_MARK, int(bool(getattr(self, "validate_args", True))), _SUM_DTYPES.index(sum_dtype)]
+        return torch.tensor(encode_tag(_library_class(self), self._options) + settings, dtype=torch.int64)
+
+    def _retag(self) -> None:
+        """The tag made again from the options and settings (an option adopted from a checkpoint, set_dtype)."""
+        floats = [d.dtype for d in self._defaults.values() if isinstance(d, Tensor) and d.is_floating_point()]
+        tag = self._tag(floats[0] if floats else torch.float64)
+        self.options_tag = tag.to(self.options_tag.device)
+        self._defaults["options_tag"] = tag.to(self._defaults["options_tag"].device)
 
     def _option_values(self) -> Dict[str, Any]:
         return {option.name: option.value for option in self._options}
@@ -196,9 +220,7 @@ class TaggedMetric(Metric):
     def _options_changed(self, options: Sequence[Option]) -> None:
         """Replace the declared options (a value adopted from a checkpoint): the tag follows."""
         self._options = tuple(options)
-        tag = torch.tensor(encode_tag(_library_class(self), self._options), dtype=torch.int64)
-        self.options_tag = tag.to(self.options_tag.device)
-        self._defaults["options_tag"] = tag.to(self._defaults["options_tag"].device)
+        self._retag()
 
     # One forward, one out-of-place update and one device move for every metric.
 
@@ -264,7 +286,9 @@ class TaggedMetric(Metric):
                 f"256, an integer sum loses every fraction). Use torch.float32 (on a device without float64) or "
                 f"torch.float64, the default; a module cast (model.to(torch.bfloat16)) leaves the states alone."
             )
-        return super().set_dtype(dtype)
+        out = super().set_dtype(dtype)
+        out._retag()  # the sums' dtype is a run setting: a cast metric never shares an uncast one's compute group
+        return out
 
     @contextlib.contextmanager
     def sync_context(self, *args: Any, **kwargs: Any) -> Iterator[None]:
@@ -366,7 +390,10 @@ class TaggedMetric(Metric):
             tag = states.get("options_tag")
             shape_only = isinstance(tag, Tensor) and "meta" in (tag.device.type, self.options_tag.device.type)
             cast = isinstance(tag, Tensor) and tag.dtype != torch.int64
-            if isinstance(tag, Tensor) and not shape_only and (cast or tag.tolist() != self.options_tag.tolist()):
+            own = None if self.options_tag.device.type == "meta" else self.options_tag.tolist()
+            if isinstance(tag, Tensor) and not shape_only and (
+                cast or _without_settings(tag.tolist()) != _without_settings(own)
+            ):
                 refusal, adopted = self._checkpoint_check(states.get, action="merge", fix="")
                 if refusal is None and adopted:  # a value a checkpoint would give this metric: not the same stream
                     values = self._option_values()
@@ -387,6 +414,8 @@ class TaggedMetric(Metric):
                 )
             super().merge_state(incoming_state)
             self._own_states()  # each state in its own dtype (a float64 sum added into a float32 one gives float64)
+            if own is not None:  # this metric's settings (the tags' maximum may mix the two metrics' settings)
+                self.options_tag = torch.tensor(own, dtype=torch.int64, device=self.options_tag.device)
 
     def _load_from_state_dict(
         self,
