@@ -595,7 +595,7 @@ def test_set_dtype_refuses_dtypes_that_cannot_hold_sums_of_many_samples(dtype):
     collection = MetricCollection({"lrap": MultilabelLRAP(C), "ndcg": MultilabelNDCG(C)})
     with pytest.raises(ValueError, match=r"set_dtype"):
         collection.set_dtype(dtype)
-    for name in ("float32", "torch.float32", torch.float32):  # as torchmetrics takes it: a dtype or its name
+    for name in ("float32", "torch.float32", "torch.FloatTensor", torch.float32):  # as torchmetrics takes it
         assert MultilabelLRAP(C).set_dtype(name).lrap_sum.dtype == torch.float32
 
 
@@ -802,16 +802,23 @@ def test_a_collection_keeps_metrics_that_check_or_keep_their_sums_differently_ap
     # with validate_args=False took NaN batches silently, and a float64 one grouped with a float32 one read float32
     # sums. The settings sit at the tag's end; checkpoints and merges do not compare them.
     batches = data(C, 3, 9)
+    switched = cls(**options)
+    switched.validate_args = False  # after it is built: the tag follows
     collection = MetricCollection({
         "fast": cls(**options, validate_args=False),
         "strict": cls(**options),
         "float32": cls(**options).set_dtype(torch.float32),
+        "switched": switched,
     })
     alone = cls(**options)
     for batch in batches:
         collection.update(*batch)
         alone.update(*batch)
-    assert sorted(map(sorted, collection.compute_groups.values())) == [["fast"], ["float32"], ["strict"]]
+    assert sorted(map(sorted, collection.compute_groups.values())) == [["fast", "switched"], ["float32"], ["strict"]]
+    assert torch.equal(switched.options_tag, collection["fast"].options_tag)
+    tag = switched.options_tag.clone()
+    switched(*batches[0])  # forward skips update's checks without touching the tag
+    assert torch.equal(switched.options_tag, tag) and switched.validate_args is False
     strict = collection["strict"]
     assert all(getattr(strict, name).dtype == default.dtype for name, default in alone._defaults.items())
     for name in alone._defaults:
@@ -997,7 +1004,8 @@ def test_merge_state_refuses_an_earlier_version_s_tag_and_merges_shape_only_metr
     metric = _fed(MultilabelLWLRAP(C), _batches(C, 1))
     states = {name: value.clone() for name, value in metric.metric_state.items()}
     tag = metric.options_tag.tolist()
-    for earlier in ([PREVIOUS_LAYOUT] + tag[5:], [0, 0, 0, C]):  # the previous layout, the one before
+    # the previous layout, the one before, and this layout without the run settings at its end
+    for earlier in ([PREVIOUS_LAYOUT] + tag[5:], [0, 0, 0, C], tag[:-3]):
         states["options_tag"] = torch.tensor(earlier, dtype=torch.int64)
         with pytest.raises(ValueError, match=r"cannot merge these states: their metric has an earlier version's "
                                              r"options tag: load its states into a metric of this version"):

@@ -194,6 +194,19 @@ class TaggedMetric(Metric):
 
     _options: Tuple[Option, ...]
 
+    @property
+    def validate_args(self) -> bool:
+        """Whether ``update`` checks the values of its batches (one host-device sync). A run setting at the tag's
+        end: changing it re-tags the metric, so that a ``MetricCollection`` never groups it with a metric that
+        checks its batches differently."""
+        return self._validate_args
+
+    @validate_args.setter
+    def validate_args(self, value: bool) -> None:
+        self._validate_args = bool(value)
+        if "options_tag" in getattr(self, "_defaults", {}):
+            self._retag()
+
     def _declare_options(self, *options: Optional[Option]) -> None:
         """The options that change the states' meaning or shape (None entries skipped); call before any
         ``add_state``, so that the tag is the first state."""
@@ -204,7 +217,7 @@ class TaggedMetric(Metric):
 
     def _tag(self, sum_dtype: torch.dtype) -> Tensor:
         """This metric's options tag, its run settings at the end (:data:`SETTINGS_MARK`)."""
-        settings = [SETTINGS_MARK, int(bool(getattr(self, "validate_args", True))), _SUM_DTYPES.index(sum_dtype)]
+        settings = [SETTINGS_MARK, int(getattr(self, "_validate_args", True)), _SUM_DTYPES.index(sum_dtype)]
         return torch.tensor(encode_tag(_library_class(self), self._options) + settings, dtype=torch.int64)
 
     def _retag(self) -> None:
@@ -392,7 +405,7 @@ class TaggedMetric(Metric):
             cast = isinstance(tag, Tensor) and tag.dtype != torch.int64
             own = None if self.options_tag.device.type == "meta" else self.options_tag.tolist()
             if isinstance(tag, Tensor) and not shape_only and (
-                cast or _without_settings(tag.tolist()) != _without_settings(own)
+                cast or tag.numel() != len(own) or _without_settings(tag.tolist()) != _without_settings(own)
             ):
                 refusal, adopted = self._checkpoint_check(states.get, action="merge", fix="")
                 if refusal is None and adopted:  # a value a checkpoint would give this metric: not the same stream
@@ -521,14 +534,15 @@ def _check_device(metric: Metric, preds: Any) -> None:
 
 
 @contextlib.contextmanager
-def _values_checked(metric: Metric) -> Iterator[None]:
-    """Skip the value checks of ``update`` inside the block: the batch was checked already."""
-    validate_args = metric.validate_args
-    metric.validate_args = False
+def _values_checked(metric: "TaggedMetric") -> Iterator[None]:
+    """Skip the value checks of ``update`` inside the block: the batch was checked already (the setting's value
+    itself, not through its property: the tag stays as it is)."""
+    validate_args = metric._validate_args
+    metric._validate_args = False
     try:
         yield
     finally:
-        metric.validate_args = validate_args
+        metric._validate_args = validate_args
 
 
 def _apply_keeping_dtypes(metric: Metric, fn: Callable, exclude_state: Sequence[str], names: Tuple[str, ...]):
@@ -570,7 +584,9 @@ def _sum_dtype(dst_type: Any) -> Any:
     """The dtype ``set_dtype`` was given (a dtype, or its name as ``"float32"`` or ``"torch.float32"``), else the
     argument itself."""
     if isinstance(dst_type, str):
-        found = getattr(torch, dst_type[len("torch."):] if dst_type.startswith("torch.") else dst_type, None)
+        legacy = {"torch.FloatTensor": torch.float32, "torch.DoubleTensor": torch.float64}  # Module.type's names
+        found = legacy.get(dst_type) or getattr(torch, dst_type[len("torch."):] if dst_type.startswith("torch.")
+                                                else dst_type, None)
         return found if isinstance(found, torch.dtype) else dst_type
     return dst_type
 
