@@ -787,6 +787,24 @@ def test_a_collection_never_merges_metrics_whose_options_differ(make):
     assert len(collection.compute_groups) == 2
 
 
+def test_a_metric_an_earlier_version_pickled_keeps_its_validate_args():
+    # validate_args is a property now (it re-tags the metric); an earlier version pickled it as a plain attribute.
+    import pickle
+
+    batches = _score_pairs(C, 3, 3)
+    for validate_args in (True, False):
+        metric = _fed(MultilabelRankCorrelation(C, method="kendall", validate_args=validate_args), batches[:2])
+        state = pickle.loads(pickle.dumps(metric)).__dict__
+        state["validate_args"] = state.pop("_validate_args")
+        earlier = MultilabelRankCorrelation.__new__(MultilabelRankCorrelation)
+        earlier.__setstate__(state)
+        assert earlier.validate_args is validate_args
+        earlier(*batches[2])  # forward, then update
+        earlier.update(*batches[2])
+        whole = _fed(MultilabelRankCorrelation(C, method="kendall"), batches + batches[2:])
+        torch.testing.assert_close(earlier.compute(), whole.compute(), rtol=1e-13, atol=0)
+
+
 SETTINGS = [
     (MultilabelLWLRAP, dict(num_labels=C), _batches),
     (MultilabelLRAP, dict(num_labels=C, num_bootstrap=4, bootstrap_seed=1), _batches),

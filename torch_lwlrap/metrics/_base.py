@@ -199,7 +199,8 @@ class TaggedMetric(Metric):
         """Whether ``update`` checks the values of its batches (one host-device sync). A run setting at the tag's
         end: changing it re-tags the metric, so that a ``MetricCollection`` never groups it with a metric that
         checks its batches differently."""
-        return self._validate_args
+        # A metric an earlier version pickled holds the plain attribute.
+        return self.__dict__.get("_validate_args", self.__dict__.get("validate_args", True))
 
     @validate_args.setter
     def validate_args(self, value: bool) -> None:
@@ -217,7 +218,7 @@ class TaggedMetric(Metric):
 
     def _tag(self, sum_dtype: torch.dtype) -> Tensor:
         """This metric's options tag, its run settings at the end (:data:`SETTINGS_MARK`)."""
-        settings = [SETTINGS_MARK, int(getattr(self, "_validate_args", True)), _SUM_DTYPES.index(sum_dtype)]
+        settings = [SETTINGS_MARK, int(self.validate_args), _SUM_DTYPES.index(sum_dtype)]
         return torch.tensor(encode_tag(_library_class(self), self._options) + settings, dtype=torch.int64)
 
     def _retag(self) -> None:
@@ -537,7 +538,7 @@ def _check_device(metric: Metric, preds: Any) -> None:
 def _values_checked(metric: "TaggedMetric") -> Iterator[None]:
     """Skip the value checks of ``update`` inside the block: the batch was checked already (the setting's value
     itself, not through its property: the tag stays as it is)."""
-    validate_args = metric._validate_args
+    validate_args = metric.validate_args
     metric._validate_args = False
     try:
         yield
