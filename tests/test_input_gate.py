@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -202,3 +203,32 @@ def test_a_forward_with_arguments_update_does_not_take_changes_nothing(name):
     after = metric.metric_state
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert metric._update_count == 1
+
+
+NUM_LABELS_FUNCTIONS = {
+    "multilabel_lwlrap": lambda p, y, n: torch_lwlrap.multilabel_lwlrap(p, y, num_labels=n),
+    "multilabel_lwlrap_per_class": lambda p, y, n: torch_lwlrap.multilabel_lwlrap_per_class(p, y, num_labels=n),
+    "multilabel_lrap": lambda p, y, n: torch_lwlrap.multilabel_lrap(p, y, num_labels=n),
+    "multilabel_lwlrap_ci": lambda p, y, n: torch_lwlrap.multilabel_lwlrap_ci(p, y, num_labels=n, num_bootstrap=40),
+    "multilabel_lrap_ci": lambda p, y, n: torch_lwlrap.multilabel_lrap_ci(p, y, num_labels=n, num_bootstrap=40),
+    "compare_lwlrap": lambda p, y, n: torch_lwlrap.compare_lwlrap(p, p * 0.5, y, num_labels=n, num_bootstrap=40),
+    "tie_report": lambda p, y, n: torch_lwlrap.tie_report(p, y, num_labels=n),
+    "multilabel_ranking_loss": lambda p, y, n: torch_lwlrap.multilabel_ranking_loss(p, y, num_labels=n),
+    "multilabel_coverage_error": lambda p, y, n: torch_lwlrap.multilabel_coverage_error(p, y, num_labels=n),
+    "multilabel_one_error": lambda p, y, n: torch_lwlrap.multilabel_one_error(p, y, num_labels=n),
+    "multilabel_retrieval_at_k": lambda p, y, n: torch_lwlrap.multilabel_retrieval_at_k(p, y, k=1, num_labels=n),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUM_LABELS_FUNCTIONS))
+def test_every_function_refuses_a_num_labels_that_is_no_integer_as_the_classes_do(name):
+    # True equals 1: with one class it was taken silently; 1.0 likewise. The metric classes refuse both.
+    call = NUM_LABELS_FUNCTIONS[name]
+    preds, target = torch.tensor([[0.3], [0.8], [0.1]]), torch.tensor([[1], [0], [1]])
+    for bad in (True, 1.0):
+        with pytest.raises(ValueError, match=rf"^Argument `num_labels` must be a positive integer, but got {bad!r}\.$"):
+            call(preds, target, bad)
+    for good in (1, np.int64(1)):  # a Python or numpy integer, as documented
+        call(preds, target, good)
+    with pytest.raises(ValueError, match=r"Argument `num_labels` must be a positive integer, but got True\."):
+        torch_lwlrap.MultilabelLWLRAP(num_labels=True)

@@ -516,6 +516,8 @@ def _check_same(names: Tuple[str, str], first: Tensor, second: Tensor, num_label
             f"Arguments `{names[0]}` and `{names[1]}` must be on the same device, but got {first.device} for "
             f"`{names[0]}` and {second.device} for `{names[1]}`: move one with `.to(...)`."
         )
+    if num_labels is not None and type(num_labels) is not int:  # a metric's own is an int already: no cost there
+        num_labels = check_num_labels(num_labels)  # a bool, a float: refused as the metric classes refuse them
     if num_labels is not None and first.shape[1] != num_labels:
         raise ValueError(
             f"Expected {num_labels} labels (`num_labels`) in dimension 1 of `{names[0]}`, but got shape "
