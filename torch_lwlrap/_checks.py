@@ -124,18 +124,15 @@ def user_call() -> str:
     return f"`{name}(preds=scores, target=labels)`"
 
 
-#: The floating dtypes a tensor argument may have: torch has no sorts or comparisons for the float8 ones yet.
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
 def _check_kind(name: str, value: Tensor) -> None:
-    """A dense tensor, floating only in a dtype of :data:`FLOAT_DTYPES` (else torch fails deep inside a metric)."""
+    """A dense tensor, floating only in a dtype of ``SCORE_DTYPES`` (torch has no sorts or comparisons for the
+    float8 ones yet: it would fail deep inside a metric)."""
     if value.layout != torch.strided:
         raise TypeError(
             f"Argument `{name}` must be a dense tensor, but got layout {value.layout}: convert it with "
             f"`{name}.to_dense()`."
         )
-    if value.is_floating_point() and value.dtype not in FLOAT_DTYPES:
+    if value.is_floating_point() and value.dtype not in SCORE_DTYPES:
         raise TypeError(
             f"Argument `{name}` has dtype {value.dtype}, which torch cannot sort or compare yet: convert it with "
             f"`{name}.float()` (float16, bfloat16, float32 and float64 are taken as they are)."
