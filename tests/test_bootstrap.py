@@ -252,6 +252,127 @@ def test_paired_interval_is_narrower_than_either_systems_interval():
     assert result.high - result.low < high - low
 
 
+def _naive_replicates(preds, target, num_bootstrap, seed):
+    """Replicates of per-class sums and counts from the library's weights, summed by a plain loop over samples (the
+    weights are the library's; every sum and average here is the reference's own)."""
+    sums, counts, _ = _row_stats(preds, target)
+    weights = _bootstrap.poisson_weights(_bootstrap.stream_key(seed, 0), torch.arange(len(sums)), num_bootstrap)
+    weights = weights.numpy().astype(np.float64)
+    rep_sums = np.zeros((num_bootstrap, sums.shape[1]))
+    rep_counts = np.zeros((num_bootstrap, sums.shape[1]))
+    for b in range(num_bootstrap):
+        for i in range(len(sums)):
+            rep_sums[b] += weights[b, i] * sums[i]
+            rep_counts[b] += weights[b, i] * counts[i]
+    return sums.sum(0), counts.sum(0), rep_sums, rep_counts
+
+
+def _rare_classes(n=400, common=4, rare=24, seed=0):
+    """Common classes scored well and classes with a single positive scored badly: the case where a replicate that
+    leaves out the classes it drew no positive of drifts away from the value."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.zeros(n, common + rare, dtype=torch.long)
+    target[:, :common] = (torch.rand(n, common, generator=g) < 0.3).long()
+    for k in range(rare):
+        target[7 * k, common + k] = 1
+    preds = torch.randn(n, common + rare, generator=g, dtype=torch.float64)
+    preds[:, :common] += 3 * target[:, :common]
+    return preds, target
+
+
+def test_macro_replicates_average_every_class_of_the_whole_set():
+    preds, target = _rare_classes()
+    whole_sum, whole_count, rep_sums, rep_counts = _naive_replicates(preds, target, 200, seed=3)
+    whole = whole_sum / whole_count
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_class = np.where(rep_counts > 0, rep_sums / rep_counts, whole)  # an undrawn class keeps its score
+    expected = np.quantile(per_class.mean(1), [0.025, 0.975])
+    value, low, high = multilabel_lwlrap_ci(preds, target, average="macro", num_bootstrap=200, seed=3)
+    assert value.item() == pytest.approx(naive_lwlrap(preds.numpy(), target.numpy(), "max", None, "macro"), abs=1e-12)
+    np.testing.assert_allclose([low.item(), high.item()], expected, rtol=0, atol=1e-12)
+    assert low < value < high  # averaging only the drawn classes put every replicate above the value here
+    metric = MultilabelLWLRAP(target.shape[1], average="macro", num_bootstrap=200, bootstrap_seed=3)
+    for p, t in zip(preds.split(70), target.split(70)):
+        metric.update(p, t)
+    assert all(torch.equal(a, b) for a, b in zip(metric.confidence_interval(), (low, high)))
+
+
+def test_a_class_with_one_positive_label_has_no_interval_or_p_value():
+    preds, target = _data(n=200)
+    target[:, 5] = 0
+    target[17, 5] = 1  # one positive: every replicate that draws it gives the same per-class value
+    target[:, 4] = 0
+    target[[3, 90], 4] = 1  # two: an interval
+    preds[17, 5] = 9.0  # ranked first by one system, last by the other
+    other = preds.clone()
+    other[17, 5] = -9.0
+    result = compare_lwlrap(preds, other, target, num_bootstrap=300, seed=0)
+    assert result.per_class_difference[5] > 0  # the value is still reported
+    for field in (result.per_class_low, result.per_class_high, result.per_class_p_value):
+        assert torch.isnan(field[5]) and not torch.isnan(field[:5]).any()
+    _, low, high = multilabel_lwlrap_ci(preds, target, average="none", num_bootstrap=300, seed=0)
+    assert torch.isnan(low[5]) and torch.isnan(high[5]) and not torch.isnan(low[:5]).any()
+    assert low[4] < high[4]
+    metric = MultilabelLWLRAP(NUM_LABELS, average="none", num_bootstrap=300, bootstrap_seed=0)
+    for p, t in zip(preds.split(64), target.split(64)):
+        metric.update(p, t)
+    metric_low, metric_high = metric.confidence_interval()
+    torch.testing.assert_close(metric_low, low, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(metric_high, high, equal_nan=True, rtol=0, atol=0)
+    assert not torch.isnan(metric.bootstrap_samples()[:, 5]).all()  # the replicates themselves are kept
+    # the overall interval still holds every positive label
+    assert not torch.isnan(result.low) and not torch.isnan(multilabel_lwlrap_ci(preds, target, seed=0).low)
+
+
+def test_a_drawn_seed_leaves_torch_random_numbers_alone_and_repeats_after_seeding():
+    preds, target = _data(n=100)
+    torch.manual_seed(0)
+    plain = torch.rand(4)
+    torch.manual_seed(0)
+    metric = MultilabelLWLRAP(NUM_LABELS, num_bootstrap=50)  # the seed derived, not drawn from the stream
+    interval = multilabel_lwlrap_ci(preds, target, num_bootstrap=50)
+    assert torch.equal(torch.rand(4), plain)  # a model built after them initializes as without them
+    torch.manual_seed(0)
+    assert MultilabelLWLRAP(NUM_LABELS, num_bootstrap=50).bootstrap_seed == metric.bootstrap_seed
+    assert all(torch.equal(a, b) for a, b in zip(multilabel_lwlrap_ci(preds, target, num_bootstrap=50), interval))
+    torch.manual_seed(1)
+    assert MultilabelLWLRAP(NUM_LABELS, num_bootstrap=50).bootstrap_seed != metric.bootstrap_seed
+
+
+def test_compare_names_the_system_whose_scores_are_bad():
+    preds, target = _data(n=30)
+    with pytest.raises(TypeError, match=r"`preds_b` must be a floating point.*`preds_b.float\(\)`"):
+        compare_lwlrap(preds, preds.long(), target)
+    with pytest.raises(TypeError, match=r"`preds_a` must be a torch.Tensor"):
+        compare_lwlrap(preds.tolist(), preds, target)
+    with pytest.raises(ValueError, match=r"`preds_b` contains NaN \(first at index \(3, 2\)\)"):
+        compare_lwlrap(preds, preds.index_put((torch.tensor(3), torch.tensor(2)), torch.tensor(math.nan,
+                                                                                     dtype=preds.dtype)), target)
+    with pytest.raises(ValueError, match=r"Expected 4 labels \(`num_labels`\) in dimension 1 of `preds_a`"):
+        compare_lwlrap(preds, preds, target, num_labels=4)
+
+
+def test_the_interval_function_checks_its_batch_first():
+    with pytest.raises(ValueError, match=r"`preds` must have at least 2 dimensions.*\(4,\)"):
+        multilabel_lwlrap_ci(torch.randn(4), torch.ones(4))
+    with pytest.raises(TypeError, match=r"`preds` must be a torch.Tensor, but got list"):
+        multilabel_lwlrap_ci([[0.1, 0.2]], torch.ones(1, 2))
+
+
+def test_level_takes_any_real_number_and_the_seed_is_checked_without_replicates():
+    preds, target = _data(n=100)
+    assert torch.equal(multilabel_lwlrap_ci(preds, target, level=np.float32(0.9), seed=0).low,
+                       multilabel_lwlrap_ci(preds, target, level=float(np.float32(0.9)), seed=0).low)
+    with pytest.raises(ValueError, match=r"`level`.*pass float\(level\)"):
+        multilabel_lwlrap_ci(preds, target, level=torch.tensor(0.9), seed=0)
+    for bad in (-3, "abc", 2**63):
+        with pytest.raises(ValueError, match="`bootstrap_seed`"):
+            MultilabelLWLRAP(NUM_LABELS, bootstrap_seed=bad)
+        with pytest.raises(ValueError, match="`bootstrap_seed`"):
+            MultilabelLRAP(NUM_LABELS, bootstrap_seed=bad)
+    assert MultilabelLWLRAP(NUM_LABELS, bootstrap_seed=5).bootstrap_seed == 5
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Reproducibility, forward, checkpoints
 
@@ -474,14 +595,17 @@ def _replicates_of(name, states):
     if name == "lrap":
         return intervals._lrap_replicates(states["bootstrap_lrap_sum"], states["bootstrap_weight_sum"])
     average = "none" if name == "lwlrap-none" else "weighted"
-    return intervals._lwlrap_replicates(states["bootstrap_precision_sum"], states["bootstrap_label_count"], average)
+    return intervals._lwlrap_replicates(
+        states["bootstrap_precision_sum"], states["bootstrap_label_count"], average, states["precision_sum"],
+        states["label_count"],
+    )
 
 
 @pytest.mark.parametrize("name", ["lwlrap", "lwlrap-none", "lrap"])
 def test_ddp_replicate_states_are_summed(ddp_results, name):
     for scenario in DDP_SHARDS:
         local = [ddp_results[r][scenario, name]["local"] for r in range(WORLD)]
-        summed = {k: local[0][k] + local[1][k] for k in local[0] if k.startswith("bootstrap_") and "updates" not in k}
+        summed = {k: local[0][k] + local[1][k] for k in local[0] if k != "options_tag" and "updates" not in k}
         expected = _replicates_of(name, summed)
         for r in range(WORLD):
             got = ddp_results[r][scenario, name]
@@ -575,11 +699,11 @@ TRUTH, SUB_A, SUB_B = (os.path.join(DATA, n) for n in ("sample_truth.csv", "samp
 
 
 def _read_with_pandas(pred_path, row_order=None):
-    """(fnames, classes, scores, target) of a submission and the truth, aligned by pandas."""
+    """(fnames, classes, scores, target) of a submission and the truth, aligned by pandas; rows in ``row_order``,
+    else sorted by fname, as the command line resamples them."""
     pred = pd.read_csv(pred_path)
     truth = pd.read_csv(TRUTH)
-    if row_order is not None:
-        pred = pred.set_index("fname").loc[row_order].reset_index()
+    pred = pred.set_index("fname").loc[sorted(pred["fname"]) if row_order is None else row_order].reset_index()
     classes = list(pred.columns[1:])
     labels = dict(zip(truth["fname"], truth["labels"].str.split(",")))
     target = np.array([[int(c in labels[f]) for c in classes] for f in pred["fname"]])

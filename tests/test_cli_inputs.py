@@ -12,6 +12,7 @@ import gzip
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -103,15 +104,16 @@ def two_systems(tmp_path):
     order, columns = np.random.default_rng(2).permutation(60), CLASSES[::-1]
     submission([fnames[i] for i in order], scores_b[order][:, ::-1], columns).to_csv(tmp_path / "b.csv", index=False)
     (tmp_path / "vocabulary.csv").write_text("".join(f"{j},{name},/m/{j}\n" for j, name in enumerate(CLASSES)))
-    return tmp_path, scores_a, scores_b, target, usage == "Public"
+    return tmp_path, scores_a, scores_b, target, usage == "Public", fnames
 
 
 @pytest.mark.parametrize("ties", ["max", "expected"])
 def test_compare_takes_where_classes_and_ties_expected(two_systems, ties):
-    folder, scores_a, scores_b, target, public = two_systems
+    folder, scores_a, scores_b, target, public, fnames = two_systems
     result = cli_json("compare", folder / "truth.csv", folder / "a.csv", folder / "b.csv", "--where", "usage=Public",
                       "--classes", folder / "vocabulary.csv", "--ties", ties, "--bootstrap", "200", "--seed", "3")
-    a, b, t = scores_a[public], scores_b[public], target[public]
+    rows = sorted(np.flatnonzero(public), key=fnames.__getitem__)  # the command resamples rows in fname order
+    a, b, t = scores_a[rows], scores_b[rows], target[rows]
     assert result["num_samples"] == int(public.sum()) and result["num_labels"] == int(t.sum())
     assert result["lwlrap_a"] == pytest.approx(naive_lwlrap(a, t, ties), abs=1e-12)
     assert result["lwlrap_b"] == pytest.approx(naive_lwlrap(b, t, ties), abs=1e-12)
@@ -159,11 +161,88 @@ def test_compare_plot_title_names_both_files(two_systems, monkeypatch, capsys):
 
     folder = two_systems[0]
     titles = []
-    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: titles.append(fig.axes[0].get_title()))
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: titles.append(fig.get_suptitle()))
     code = main(["compare", str(folder / "truth.csv"), str(folder / "a.csv"), str(folder / "b.csv"), "--bootstrap",
                  "100", "--plot", str(folder / "d.png")])
     assert code == 0, capsys.readouterr().err
     assert titles and titles[0].splitlines()[0] == "A = a.csv, B = b.csv"
+
+
+def test_intervals_depend_on_no_file_layout_and_swapping_mirrors_them(two_systems, tmp_path):
+    """The bootstrap resamples rows in fname order: shuffling a file's rows (or the truth's) changes no interval,
+    and swapping A and B negates the difference and mirrors its interval."""
+    folder, scores_a, scores_b, target, _, fnames = two_systems
+    order = np.random.default_rng(7).permutation(len(fnames))
+    submission([fnames[i] for i in order], scores_a[order]).to_csv(tmp_path / "a_shuffled.csv", index=False)
+    pd.read_csv(folder / "truth.csv").iloc[order[::-1]].to_csv(tmp_path / "truth_shuffled.csv", index=False)
+    ci = [cli_json("score", truth, a, "--ci", "200", "--seed", "1")["ci"]
+          for truth, a in ((folder / "truth.csv", folder / "a.csv"), (tmp_path / "truth_shuffled.csv",
+                                                                      tmp_path / "a_shuffled.csv"))]
+    assert ci[0] == ci[1]
+    forward = cli_json("compare", folder / "truth.csv", tmp_path / "a_shuffled.csv", folder / "b.csv",
+                       "--bootstrap", "200")
+    backward = cli_json("compare", tmp_path / "truth_shuffled.csv", folder / "b.csv", folder / "a.csv",
+                        "--bootstrap", "200")
+    # (B's columns are in another order: class sums added in another order, equal up to rounding)
+    assert backward["difference"] == pytest.approx(-forward["difference"], abs=1e-15)
+    assert backward["interval"] == pytest.approx([-forward["interval"][1], -forward["interval"][0]], abs=1e-15)
+    assert backward["p_value"] == forward["p_value"]
+    # the same interval as the function on the rows sorted by fname
+    rows = sorted(range(len(fnames)), key=fnames.__getitem__)
+    expected = compare_lwlrap(*(torch.from_numpy(x[rows]) for x in (scores_a, scores_b, target)), num_bootstrap=200,
+                              seed=0)
+    assert forward["interval"] == pytest.approx([float(expected.low), float(expected.high)], abs=1e-12)
+
+
+def test_compare_of_a_class_with_one_positive_and_few_replicates(tmp_path, monkeypatch, capsys):
+    """A class with a single positive label is reported without an interval or p-value ('-', null), and a chart
+    from a handful of replicates (intervals that need not hold their value) is drawn without an error; many
+    classes are split into panels."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from torch_lwlrap.cli import main
+
+    fnames, scores_a, target = arrays(4, num_rows=40)
+    target[:, 3] = 0
+    target[5, 3] = 1  # Purr: one positive
+    scores_b = scores_a.copy()
+    scores_a[5, 3], scores_b[5, 3] = 0.99, 0.01
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores_a).to_csv(tmp_path / "a.csv", index=False)
+    submission(fnames, scores_b).to_csv(tmp_path / "b.csv", index=False)
+    result = cli_json("compare", tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "b.csv")
+    purr = result["per_class"]["Purr"]
+    assert purr["difference"] > 0 and purr["interval"] is None and purr["p_value"] is None and purr["count"] == 1
+    code, out, err = cli("compare", tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "b.csv", "--per-class")
+    assert (code, err) == (0, "")
+    line = next(line for line in out.splitlines() if line.startswith("Purr "))
+    assert line.split()[-3:] == ["-", "-", "1"]
+    assert "a class with a single positive label has no interval or p-value" in out
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: saved.append(len(fig.axes)))
+    for seed in range(4):
+        with warnings.catch_warnings():  # shown on stderr by the command, as a user sees it
+            warnings.simplefilter("always")
+            code = main(["compare", str(tmp_path / "truth.csv"), str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                         "--bootstrap", "3", "--seed", str(seed), "--plot", str(tmp_path / "d.png")])
+        err = capsys.readouterr().err
+        assert code == 0 and "warning: A 0.95 percentile interval from 3 bootstrap replicate" in err, err
+    many = [f"class_{j:03d}" for j in range(250)]
+    rng = np.random.default_rng(0)
+    wide = (rng.random((30, 250)) < 0.2).astype(int)
+    wide[:, :] |= np.eye(30, 250, dtype=int)
+    frame = pd.DataFrame(wide, columns=many)
+    frame.insert(0, "fname", fnames[:30])
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    for name in ("a", "b"):
+        sub = pd.DataFrame(rng.random((30, 250)), columns=many)
+        sub.insert(0, "fname", fnames[:30])
+        sub.to_csv(tmp_path / f"{name}_many.csv", index=False)
+    code = main(["compare", str(tmp_path / "wide.csv"), str(tmp_path / "a_many.csv"), str(tmp_path / "b_many.csv"),
+                 "--bootstrap", "50", "--plot", str(tmp_path / "many.png")])
+    assert code == 0, capsys.readouterr().err
+    assert saved[:4] == [1, 1, 1, 1] and saved[4] == 3  # 250 classes: three panels of at most 110 bars
 
 
 def test_compare_ties_index_needs_one_column_order(two_systems):

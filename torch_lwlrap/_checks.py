@@ -7,6 +7,7 @@ leaves the state exactly as it was.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from typing import Iterator, Optional, Tuple, Union
 
@@ -523,8 +524,32 @@ def _check_same(names: Tuple[str, str], first: Tensor, second: Tensor, num_label
 
 
 def _nan_error(name: str, value: Tensor) -> ValueError:
-    error = nan_scores_error(value)
-    return ValueError(str(error).replace("Argument `preds`", f"Argument `{name}`", 1))
+    return renamed_error(nan_scores_error(value), name)
+
+
+def renamed_error(error: Exception, name: str) -> Exception:
+    """``error``, one of the gate's errors about ``preds``, of the same type but about the argument ``name``
+    (``preds_a``, say), for a function that takes several score tensors and checks each as ``preds``."""
+    return type(error)(re.sub(r"`preds\b", f"`{name}", str(error)))
+
+
+def check_batches(
+    named_preds: Tuple[Tuple[str, Tensor], ...],
+    target: Tensor,
+    num_labels: Optional[int],
+    ignore_index: Optional[int],
+    validate_args: bool,
+) -> Tuple[Tensor, ...]:
+    """:func:`check_batch` of several systems' scores against one ``target``, each error naming its argument: the
+    scores as values only, and ``target`` as :func:`check_batch` returns it (last)."""
+    checked = []
+    for name, preds in named_preds:
+        try:
+            _, preds, target, _ = check_batch(preds, target, num_labels, ignore_index, validate_args)
+        except (TypeError, ValueError) as error:
+            raise renamed_error(error, name) from None
+        checked.append(preds)
+    return (*checked, target)
 
 
 def check_pair(

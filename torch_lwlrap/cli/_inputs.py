@@ -82,7 +82,8 @@ class Inputs:
         truth: the truth rows scored (all, or those ``where`` selects).
         truth_rows: the number of rows of the truth file.
         predictions: each submission as read.
-        scores: each submission's scores of the scored rows, all in the first submission's row and column order.
+        scores: each submission's scores of the scored rows, all with their rows in fname order (sorted, whatever
+            the files' order) and their columns in the first submission's order.
         target: ``(rows, classes)`` int8 in that order: 1 positive, 0 negative, :data:`UNKNOWN_TARGET` unknown.
         ignored_pred_rows: for each submission, its rows left out because their truth rows were not selected.
         counts: the positive labels of each class.
@@ -120,7 +121,7 @@ def read_inputs(
     """Read the truth and the submissions, select the truth rows, check the vocabulary and match rows and classes.
 
     Every submission must score the selected truth rows and the same classes (in any order); their scores are
-    returned in the first submission's row and column order.
+    returned with their rows in fname order and their columns in the first submission's order.
 
     Raises:
         CommandError: more than one file is ``-``; a bad ``--unknown``, ``--where`` or ``--classes``.
@@ -153,7 +154,13 @@ def read_inputs(
     aligned = [align(truth, pred, unselected=unselected) for pred in predictions]
     target, kept_rows = aligned[0]
     first = predictions[0]
-    scores = [first.scores if len(kept_rows) == len(first.fnames) else first.scores[kept_rows]]
+    # Rows in fname order, whatever order the files list them in: the bootstrap's weights follow row positions, so
+    # an interval then depends on no file's layout, and swapping A and B mirrors a comparison's interval.
+    names = [first.fnames[row] for row in kept_rows.tolist()]
+    order = np.array(sorted(range(len(names)), key=names.__getitem__), dtype=np.int64)
+    target, kept_rows = target[order], kept_rows[order]
+    in_place = np.array_equal(kept_rows, np.arange(len(first.fnames)))
+    scores = [first.scores if in_place else first.scores[kept_rows]]
     for pred, (_, rows) in zip(predictions[1:], aligned[1:]):
         scores.append(_reorder(pred, rows, first, kept_rows))
     counts = (target == 1).sum(axis=0, dtype=np.int64)

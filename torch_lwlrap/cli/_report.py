@@ -359,7 +359,7 @@ def _interval_note(score: Score) -> str:
 
 # Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527
 # classes is about 3,300 x 1,800 pixels rather than one column 16,000 pixels high.
-_BARS_PER_PANEL = 110
+BARS_PER_PANEL = 110
 
 
 def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
@@ -377,7 +377,7 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
         which = "worst" if top > 0 else "best"
         scored = len(score.classes) - len(score.without_positive())
         title = f"per-class lwlrap: the {len(order)} {which} of {scored} classes\n(overall lwlrap {score.lwlrap:.4f})"
-    panels = max(1, math.ceil(len(order) / _BARS_PER_PANEL))
+    panels = max(1, math.ceil(len(order) / BARS_PER_PANEL))
     if panels == 1:
         fig, axes = None, [None]
     else:

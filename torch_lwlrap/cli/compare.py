@@ -16,7 +16,13 @@ import numpy as np
 
 from torch_lwlrap.cli._files import CommandError, file_name
 from torch_lwlrap.cli._inputs import Inputs, add_input_options, input_options, read_inputs
-from torch_lwlrap.cli._report import check_bootstrap_args, labels_summary, print_output, summary_line
+from torch_lwlrap.cli._report import (
+    BARS_PER_PANEL,
+    check_bootstrap_args,
+    labels_summary,
+    print_output,
+    summary_line,
+)
 
 __all__ = ["add_parser", "compare_files", "format_comparison", "run"]
 
@@ -232,10 +238,15 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
             for name in names:
                 c = classes[name]
                 bounds = "-" if c["interval"] is None else f"[{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}]"
+                p_value = "-" if c["p_value"] is None else f"{c['p_value']:.3f}"
                 lines.append(
                     f"{name:<{width}}  {c['lwlrap_a']:>8.4f}  {c['lwlrap_b']:>8.4f}  {c['difference']:>+9.4f}  "
-                    f"{bounds:>22}  {c['p_value']:>6.3f}  {c['count']:>5}"
+                    f"{bounds:>22}  {p_value:>6}  {c['count']:>5}"
                 )
+        listed = _changed_most(result, 1) + _changed_most(result, -1)
+        if any(classes[name]["interval"] is None for name in listed):
+            lines += ["", "-: a class with a single positive label has no interval or p-value (every replicate that "
+                      "draws it gives the same difference)"]
     return "\n".join(lines)
 
 
@@ -244,9 +255,9 @@ def plot_title(result: Dict) -> str:
 
     Example:
         >>> print(plot_title({"a": "runs/new.csv", "b": "runs/old.csv", "difference": 0.0322,
-        ...                   "interval": [-0.0124, 0.083], "p_value": 0.1618}))
+        ...                   "interval": [-0.0119, 0.0792], "p_value": 0.1818}))
         A = new.csv, B = old.csv
-        A - B = +0.0322 [-0.0124, +0.0830], p = 0.162
+        A - B = +0.0322 [-0.0119, +0.0792], p = 0.182
     """
     return (
         f"A = {os.path.basename(file_name(result['a']))}, B = {os.path.basename(file_name(result['b']))}\n"
@@ -256,28 +267,42 @@ def plot_title(result: Dict) -> str:
 
 
 def write_plot(result: Dict, path: str) -> None:
-    """Per-class differences A - B with their intervals, largest first (needs matplotlib)."""
+    """Per-class differences A - B with their intervals, largest first (needs matplotlib); many classes are split
+    into side-by-side panels, as ``score``'s chart is."""
     from torch_lwlrap.plot import _pyplot
 
     plt = _pyplot()
     rows = [(name, c) for name, c in result["per_class"].items() if c["difference"] is not None]
-    rows.sort(key=lambda item: item[1]["difference"])
-    names = [name for name, _ in rows]
-    diff = np.array([c["difference"] for _, c in rows])
-    low = np.array([c["interval"][0] for _, c in rows])
-    high = np.array([c["interval"][1] for _, c in rows])
-    fig, ax = plt.subplots(figsize=(7, 1.5 + 0.3 * len(rows)))
-    colors = ["tab:blue" if d >= 0 else "tab:orange" for d in diff]
-    ax.barh(range(len(rows)), diff, color=colors, xerr=np.vstack([diff - low, high - diff]), capsize=2)
-    ax.axvline(0.0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(rows)), names)
+    rows.sort(key=lambda item: -item[1]["difference"])
+    panels = max(1, math.ceil(len(rows) / BARS_PER_PANEL))
+    per_panel = max(1, math.ceil(len(rows) / panels))
     level = f"{100 * result['level']:g}%"
-    ax.set_xlabel(
-        f"per-class lwlrap A - B, with {level} paired bootstrap intervals ({result['num_bootstrap']} replicates)"
-    )
-    ax.set_title(plot_title(result))
-    fig.tight_layout()
+    height = 1.6 + (0.3 if panels == 1 else 0.16) * per_panel
+    fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, height), squeeze=False)
     try:
+        for panel, ax in enumerate(axes[0]):
+            chosen = rows[panel * len(rows) // panels : (panel + 1) * len(rows) // panels]
+            diff = np.array([c["difference"] for _, c in chosen])
+            ax.barh(range(len(chosen)), diff, color=["tab:blue" if d >= 0 else "tab:orange" for d in diff])
+            bars = [(y, c["interval"]) for y, (_, c) in enumerate(chosen) if c["interval"] is not None]
+            if bars:
+                # Centred on the interval, not on the difference: a percentile interval need not hold the value
+                # in its middle (nor hold it at all, with few replicates).
+                ax.errorbar(
+                    [(low + high) / 2 for _, (low, high) in bars],
+                    [y for y, _ in bars],
+                    xerr=[(high - low) / 2 for _, (low, high) in bars],
+                    fmt="none", ecolor="black", elinewidth=1, capsize=2,
+                )
+            ax.axvline(0.0, color="black", linewidth=0.8)
+            ax.set_yticks(range(len(chosen)), [name for name, _ in chosen], fontsize=8 if panels > 1 else None)
+            ax.set_ylim(len(chosen) - 0.5, -0.5)  # largest difference on top
+            ax.set_xlabel(f"A - B per class, {level} interval")
+        fig.suptitle(
+            f"{plot_title(result)}\nper-class intervals: paired bootstrap, {result['num_bootstrap']} replicates"
+            + ("; none for a class with one positive label" if any(c["interval"] is None for _, c in rows) else "")
+        )
+        fig.tight_layout()
         fig.savefig(path, dpi=100)
     except (OSError, ValueError) as err:
         message = err.strerror if isinstance(err, OSError) and err.strerror else str(err)

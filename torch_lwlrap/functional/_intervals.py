@@ -11,6 +11,7 @@ evaluation set drawn the same way. It says nothing of the variability of trainin
 
 from __future__ import annotations
 
+import math
 from typing import Iterator, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -18,7 +19,7 @@ from torch import Tensor
 
 from torch_lwlrap.stats import _bootstrap
 from torch_lwlrap.stats._bootstrap import check_level, check_num_bootstrap, check_seed
-from torch_lwlrap._checks import check_average, check_batch, check_ignore_index, check_ties
+from torch_lwlrap._checks import check_average, check_batch, check_batches, check_ignore_index, check_ties
 from torch_lwlrap._rank_reductions import positive_counts_chunks
 from torch_lwlrap._ranking import label_counts_chunks
 from torch_lwlrap._tie_rules import label_precision
@@ -44,7 +45,8 @@ class Comparison(NamedTuple):
     """Two systems scored on the same samples, and their difference ``a - b`` under paired resampling.
 
     Overall fields are float64 scalars (the weighted lwlrap); ``per_class_*`` fields are ``(C,)`` (NaN for a class
-    without a positive label).
+    without a positive label; ``per_class_low``, ``per_class_high`` and ``per_class_p_value`` NaN for a class with
+    fewer than two: :data:`MIN_CLASS_POSITIVES`).
     """
 
     value_a: Tensor
@@ -162,16 +164,39 @@ def _lrap_bootstrap_update(
 # Replicate scores
 
 
-def _lwlrap_replicates(replicate_sum: Tensor, replicate_count: Tensor, average: str) -> Tensor:
+#: Positive labels a class needs for an interval and a p-value of its own (else NaN). A class's replicate is a
+#: weighted mean of its positives' precisions, each fixed by its own sample's row: with one positive, every replicate
+#: that draws it is that one number, an interval of width 0 and a p-value near 0 that would say nothing.
+MIN_CLASS_POSITIVES = 2
+
+
+def _lwlrap_replicates(
+    replicate_sum: Tensor, replicate_count: Tensor, average: str, precision_sum: Tensor, label_count: Tensor
+) -> Tensor:
     """Each replicate's lwlrap: ``(B,)``, or ``(B, C)`` with ``average="none"`` (NaN where a replicate drew no
-    positive of the class, or no positive at all)."""
+    positive of the class, or no positive at all). ``precision_sum``, ``label_count``: the sums of the whole set.
+
+    ``"macro"`` averages every class with a positive label in the whole set, as its value does: a class that a
+    replicate drew no positive of counts at its score on the whole set. Averaging only the classes a replicate drew
+    would shift the replicates towards the classes with many positives (away from the value, by more than the
+    interval's width where rare classes score differently)."""
     count = replicate_count.to(torch.float64)
     if average == "none":
         return replicate_sum / count
     if average == "weighted":
         return replicate_sum.sum(1) / count.sum(1)
-    per_class = replicate_sum / count
+    per_class = torch.where(
+        replicate_count > 0, replicate_sum / count, precision_sum.to(torch.float64) / label_count.to(torch.float64)
+    )
     return per_class.nanmean(1)
+
+
+def _class_interval(replicates: Tensor, label_count: Tensor, level: float) -> Tuple[Tensor, Tensor]:
+    """Per-class percentile bounds of ``replicates`` ``(B, C)``: NaN for a class with fewer than
+    :data:`MIN_CLASS_POSITIVES` positive labels in the whole set (``label_count``)."""
+    low, high = _bootstrap.percentile_interval(replicates, level)
+    few = label_count < MIN_CLASS_POSITIVES
+    return low.masked_fill(few, math.nan), high.masked_fill(few, math.nan)
 
 
 def _lrap_replicates(replicate_lrap_sum: Tensor, replicate_weight_sum: Tensor) -> Tensor:
@@ -219,10 +244,13 @@ def multilabel_lwlrap_ci(
         num_bootstrap: the number of bootstrap replicates ``B`` (1000 gives bounds stable to about 0.1 of the
             interval's width).
         level: the interval's coverage, in ``(0, 1)``.
-        seed: makes the interval reproducible (None: drawn from torch's default generator).
+        seed: makes the interval reproducible (None: derived from torch's default generator without advancing it,
+            so seeding torch repeats it).
 
     Returns:
-        ``Interval(value, low, high)``: float64 scalars, or ``(C,)`` tensors with ``average="none"``.
+        ``Interval(value, low, high)``: float64 scalars, or ``(C,)`` tensors with ``average="none"`` (bounds NaN for
+        a class with fewer than two positive labels: :data:`MIN_CLASS_POSITIVES`). With ``average="macro"``, a
+        replicate that drew no positive of a class counts that class at its score on the whole set.
 
     Example:
         >>> import torch
@@ -238,15 +266,17 @@ def multilabel_lwlrap_ci(
     check_ties(ties)
     ignore_index = check_ignore_index(ignore_index)
     num_bootstrap, level, seed = _check_bootstrap_args(num_bootstrap, level, seed)
-    device = preds.device if isinstance(preds, Tensor) else None
-    key = _bootstrap.stream_key(seed, 0, device=device)
+    _, preds, target, _ = check_batch(preds, target, num_labels, ignore_index, validate_args)
+    key = _bootstrap.stream_key(seed, 0, device=preds.device)
     replicate_sum, replicate_count = _replicate_states(preds, num_bootstrap)
     precision_sum, label_count = _lwlrap_bootstrap_update(
-        preds, target, num_labels, ties, ignore_index, validate_args, key, 0, replicate_sum, replicate_count
+        preds, target, num_labels, ties, ignore_index, False, key, 0, replicate_sum, replicate_count
     )
     value = _lwlrap_compute(precision_sum, label_count, average)
-    low, high = _bootstrap.percentile_interval(_lwlrap_replicates(replicate_sum, replicate_count, average), level)
-    return Interval(value, low, high)
+    replicates = _lwlrap_replicates(replicate_sum, replicate_count, average, precision_sum, label_count)
+    if average == "none":
+        return Interval(value, *_class_interval(replicates, label_count, level))
+    return Interval(value, *_bootstrap.percentile_interval(replicates, level))
 
 
 def multilabel_lrap_ci(
@@ -339,11 +369,11 @@ def compare_lwlrap(
             f"{tuple(preds_a.shape)} and {tuple(preds_b.shape)}: pass both systems' scores for the same rows of "
             f"`target`, in the same order."
         )
-    device = preds_a.device if isinstance(preds_a, Tensor) else None
-    key = _bootstrap.stream_key(seed, 0, device=device)
-    # Both systems are checked before either is ranked: a bad one raises before any work.
-    _, preds_a, target, _ = check_batch(preds_a, target, num_labels, ignore_index, validate_args)
-    _, preds_b, target, _ = check_batch(preds_b, target, num_labels, ignore_index, validate_args)
+    # Both systems are checked before either is ranked: a bad one raises before any work, naming its argument.
+    preds_a, preds_b, target = check_batches(
+        (("preds_a", preds_a), ("preds_b", preds_b)), target, num_labels, ignore_index, validate_args
+    )
+    key = _bootstrap.stream_key(seed, 0, device=preds_a.device)
     results = []
     for preds in (preds_a, preds_b):
         replicates = _replicate_states(preds, num_bootstrap)
@@ -354,10 +384,14 @@ def compare_lwlrap(
     value_b = _lwlrap_compute(sum_b, count, "weighted")
     per_class_a = _lwlrap_compute(sum_a, count, "none")
     per_class_b = _lwlrap_compute(sum_b, count, "none")
-    overall = _lwlrap_replicates(rep_sum_a, rep_count, "weighted") - _lwlrap_replicates(rep_sum_b, rep_count, "weighted")
-    per_class = _lwlrap_replicates(rep_sum_a, rep_count, "none") - _lwlrap_replicates(rep_sum_b, rep_count, "none")
+    def replicates(rep_sum: Tensor, whole_sum: Tensor, average: str) -> Tensor:
+        return _lwlrap_replicates(rep_sum, rep_count, average, whole_sum, count)
+
+    overall = replicates(rep_sum_a, sum_a, "weighted") - replicates(rep_sum_b, sum_b, "weighted")
+    per_class = replicates(rep_sum_a, sum_a, "none") - replicates(rep_sum_b, sum_b, "none")
     low, high = _bootstrap.percentile_interval(overall, level)
-    per_class_low, per_class_high = _bootstrap.percentile_interval(per_class, level)
+    per_class_low, per_class_high = _class_interval(per_class, count, level)
+    per_class_p_value = _bootstrap.paired_p_value(per_class).masked_fill_(count < MIN_CLASS_POSITIVES, math.nan)
     return Comparison(
         value_a,
         value_b,
@@ -370,5 +404,5 @@ def compare_lwlrap(
         per_class_a - per_class_b,
         per_class_low,
         per_class_high,
-        _bootstrap.paired_p_value(per_class),
+        per_class_p_value,
     )

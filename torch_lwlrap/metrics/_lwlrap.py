@@ -43,6 +43,7 @@ from torch_lwlrap.functional._lwlrap import (
 )
 from torch_lwlrap.plot import plot_per_class, plot_values
 from torch_lwlrap.functional._intervals import (
+    MIN_CLASS_POSITIVES,
     _lrap_bootstrap_update,
     _lrap_replicates,
     _lwlrap_bootstrap_update,
@@ -68,7 +69,8 @@ class _Bootstrap:
     def _bootstrap_options(self, num_bootstrap: int, bootstrap_seed: Optional[int], counter: str):
         """Check and keep the bootstrap options; their tag entries (the seed only with replicates)."""
         self.num_bootstrap = check_num_bootstrap(num_bootstrap)
-        self.bootstrap_seed = check_seed(bootstrap_seed) if self.num_bootstrap else bootstrap_seed
+        # A seed given without replicates is checked too: a wrong one is refused where it is written.
+        self.bootstrap_seed = check_seed(bootstrap_seed) if self.num_bootstrap or bootstrap_seed is not None else None
         # A drawn seed was not the user's choice: a checkpoint's seed replaces it, so the run resumes its stream.
         self._seed_drawn = bootstrap_seed is None
         self._counter_name = counter
@@ -188,13 +190,16 @@ class _Bootstrap:
             return self._replicates()
 
     def confidence_interval(self, level: float = 0.95) -> Tuple[Tensor, Tensor]:
-        """``(low, high)``: the bootstrap percentile interval of :meth:`compute` at ``level`` (per class too).
+        """``(low, high)``: the bootstrap percentile interval of :meth:`compute` at ``level`` (per class too: NaN for
+        a class with fewer than two positive labels, whose replicates would all be one number).
 
         It describes the sampling variability of the evaluation set (another set drawn the same way would score
         within it ``level`` of the time), not the variability of training.
         """
         self._check_bootstrap(level)
-        replicates = self.bootstrap_samples()
+        with _synced(self):
+            replicates = self._replicates()
+            few_positives = self._few_positives()
         if replicates.numel() and bool(torch.isnan(replicates).all()):
             warnings.warn(
                 f"{type(self).__name__}.confidence_interval() is undefined, (nan, nan): no bootstrap replicate holds "
@@ -203,7 +208,14 @@ class _Bootstrap:
                 UserWarning,
                 stacklevel=2,
             )
-        return _bootstrap.percentile_interval(replicates, level)
+        low, high = _bootstrap.percentile_interval(replicates, level)
+        if few_positives is None:
+            return low, high
+        return low.masked_fill(few_positives, math.nan), high.masked_fill(few_positives, math.nan)
+
+    def _few_positives(self) -> Optional[Tensor]:
+        """The classes whose interval is NaN (too few positive labels), where :meth:`compute` is per class."""
+        return None
 
 
 class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
@@ -222,8 +234,8 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         num_bootstrap: ``B > 0`` keeps ``B`` Poisson bootstrap replicates of the sums, ``(B, C)``
             ``bootstrap_precision_sum`` and ``bootstrap_label_count``, for :meth:`confidence_interval` and
             :meth:`bootstrap_samples`; the batch is still ranked once. 0 (the default): no replicates.
-        bootstrap_seed: seed of the replicates' weights (with the process rank and an update counter); None draws
-            one from torch's default generator.
+        bootstrap_seed: seed of the replicates' weights (with the process rank and each sample's position in the
+            stream); None derives one from torch's default generator without advancing it (seed torch to repeat).
         kwargs: passed to :class:`torchmetrics.Metric` (``compute_on_cpu``, ``sync_on_compute``, ...).
 
     Example:
@@ -318,7 +330,12 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         self._add_sums({"precision_sum": precision_sum, "label_count": label_count})
 
     def _replicates(self) -> Tensor:
-        return _lwlrap_replicates(self.bootstrap_precision_sum, self.bootstrap_label_count, self.average)
+        return _lwlrap_replicates(
+            self.bootstrap_precision_sum, self.bootstrap_label_count, self.average, self.precision_sum, self.label_count
+        )
+
+    def _few_positives(self) -> Optional[Tensor]:
+        return self.label_count < MIN_CLASS_POSITIVES if self.average == "none" else None
 
     def compute(self) -> Tensor:
         """lwlrap of all accumulated batches (float64; ``(C,)`` with ``average="none"``).

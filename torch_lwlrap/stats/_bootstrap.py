@@ -23,6 +23,7 @@ and samples.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Optional, Tuple, Union
 
@@ -68,9 +69,12 @@ def check_num_bootstrap(num_bootstrap: int, name: str = "num_bootstrap") -> int:
 
 
 def check_seed(seed: Optional[int], name: str = "bootstrap_seed") -> int:
-    """The seed as an int in ``[0, 2**63)``; None draws one from torch's default generator (seed it to repeat)."""
+    """The seed as an int in ``[0, 2**63)``; None derives one from the state of torch's default generator without
+    advancing it: seeding torch repeats it, and a metric or interval never changes the random numbers a training
+    run draws after it (a model's initialization, say)."""
     if seed is None:
-        return int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        with torch.random.fork_rng(devices=[]):
+            return int(torch.randint(0, 2**62, (), dtype=torch.int64))
     value = whole_number(seed)
     if value is None or not 0 <= value < 2**63:
         raise ValueError(f"Argument `{name}` must be an integer in [0, 2**63) or None, but got {seed!r}.")
@@ -78,10 +82,11 @@ def check_seed(seed: Optional[int], name: str = "bootstrap_seed") -> int:
 
 
 def check_level(level: float) -> float:
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+    """The level as a float (any real number type: a numpy float32 too); refused unless strictly between 0 and 1."""
+    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
         raise ValueError(
             f"Argument `level` must be a number strictly between 0 and 1 (0.95 for a 95% interval), but got "
-            f"{level!r}."
+            f"{level!r}{' (pass float(level))' if isinstance(level, Tensor) else ''}."
         )
     return float(level)
 
@@ -273,8 +278,8 @@ def percentile_interval(replicates: Tensor, level: float) -> Tuple[Tensor, Tenso
     if 0 < replicates.shape[0] < needed:
         warnings.warn(
             f"A {level:g} percentile interval from {replicates.shape[0]} bootstrap replicate(s) is degenerate: each "
-            f"tail holds {replicates.shape[0] * tail:.3g} of a replicate, so the bounds are the extreme replicates "
-            f"(one replicate gives an interval of width 0). Use at least {needed} replicates (num_bootstrap, or "
+            f"tail holds {replicates.shape[0] * tail:.3g} of a replicate, so the bounds are interpolated between the "
+            f"most extreme replicates (one replicate gives an interval of width 0). Use at least {needed} replicates (num_bootstrap, or "
             f"--bootstrap/--ci on the command line); 1000 or more is usual.",
             UserWarning,
             stacklevel=3,
