@@ -51,6 +51,10 @@ ERRORS = {
     "compare seed 2**63": (
         ["compare", TRUTH, PRED, PRED_B, "--seed", str(2**63)], ["--seed", "9223372036854775807", str(2**63)]
     ),
+    "score seed without --ci": (["score", TRUTH, PRED, "--seed", "3"], ["--seed sets the bootstrap interval", "--ci"]),
+    "score level without --ci": (
+        ["score", TRUTH, PRED, "--level", "1.5", "--seed", "-1"], ["--level and --seed set", "add --ci"]
+    ),
     # 20 classes: 10**15 replicates need about 850 PiB, 10**13 about 11 PiB for two systems
     "score --ci too large": (["score", TRUTH, PRED, "--ci", str(10**15)], ["--ci 1000000000000000", "PiB", "memory"]),
     "compare --bootstrap too large": (

@@ -245,6 +245,29 @@ def test_compare_of_a_class_with_one_positive_and_few_replicates(tmp_path, monke
     assert saved[:4] == [1, 1, 1, 1] and saved[4] == 3  # 250 classes: three panels of at most 110 bars
 
 
+def test_a_wide_truth_of_pandas_bools_and_a_misnamed_labels_column(tmp_path):
+    """pandas writes a bool column as True/False: read as 1/0. A two-column truth whose labels column has another
+    name is read as a wide table, and its error says to name the column 'labels'."""
+    fnames, scores, target = arrays(5, num_rows=30)
+    wide_truth(fnames, target.astype(bool)).to_csv(tmp_path / "bools.csv", index=False)
+    assert "True" in (tmp_path / "bools.csv").read_text()
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    result = cli_json("score", tmp_path / "bools.csv", tmp_path / "pred.csv")
+    assert result["lwlrap"] == pytest.approx(sklearn_lwlrap(scores, target), abs=1e-12)
+    challenge_truth(fnames, target).rename(columns={"labels": "tags"}).to_csv(tmp_path / "tags.csv", index=False)
+    error = cli_error("score", tmp_path / "tags.csv", tmp_path / "pred.csv")
+    assert "column 'tags'" in error and "rename 'tags' to 'labels'" in error
+
+
+def test_fnames_without_their_extension_are_counted_and_shown(tmp_path):
+    fnames, scores, target = arrays(6, num_rows=20)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission([f.removesuffix(".wav") for f in fnames], scores).to_csv(tmp_path / "pred.csv", index=False)
+    error = cli_error("score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert f"fname {fnames[0]!r}" in error and "(and 19 more of its 20 fnames)" in error
+    assert f"its fnames read like {fnames[0].removesuffix('.wav')!r}" in error
+
+
 def test_compare_ties_index_needs_one_column_order(two_systems):
     folder = two_systems[0]
     error = cli_error("compare", folder / "truth.csv", folder / "a.csv", folder / "b.csv", "--ties", "index")

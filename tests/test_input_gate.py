@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -232,3 +234,40 @@ def test_every_function_refuses_a_num_labels_that_is_no_integer_as_the_classes_d
         call(preds, target, good)
     with pytest.raises(ValueError, match=r"Argument `num_labels` must be a positive integer, but got True\."):
         torch_lwlrap.MultilabelLWLRAP(num_labels=True)
+
+
+# The mistakes a new user makes, each with the message's fix (and the state of a metric left as it was).
+MISTAKES = {
+    "thresholded predictions": (
+        lambda p, y: ((p > 0).long(), y.float()), TypeError, r"look swapped.*thresholded predictions.*before the threshold"
+    ),
+    "swapped, float labels": (lambda p, y: (y.float(), torch.sigmoid(p)), ValueError, r"`preds` holds only 0 and 1: the arguments look swapped"),
+    "-1 for unknown": (lambda p, y: (p, y.masked_fill(torch.eye(*y.shape, dtype=torch.bool), -1)), ValueError,
+                       r"found the values \[-1\]: if they mark unknown labels, pass `ignore_index=-1`"),
+    "NaN for unknown": (lambda p, y: (p, y.float().masked_fill(torch.eye(*y.shape, dtype=torch.bool), math.nan)),
+                        ValueError, r"\[nan\]: if NaN marks unknown labels, pass `ignore_index=-1` after `target.nan_to_num\(-1\)`"),
+    "soft labels": (lambda p, y: (p, y.float() * 0.9), ValueError, r"\[0\.9\]: soft labels .*`target > 0\.5`.*multilabel_ndcg"),
+    "numpy scores": (lambda p, y: (p.numpy(), y), TypeError, r"got ndarray: convert it with `torch.as_tensor\(preds\)`"),
+    "one sample, 1-D": (lambda p, y: (p[0], y[0]), ValueError, r"shape \(5,\): for a single sample, pass `preds.unsqueeze\(0\)`"),
+    "class indices": (lambda p, y: (p, y.argmax(1)), ValueError,
+                      r"looks like one class index per sample.*`torch.nn.functional.one_hot\(target, 5\)` makes"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_new_users_mistakes_get_the_fix_and_leave_the_metric_alone(mistake):
+    make, error, message = MISTAKES[mistake]
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(8, 5, generator=g, requires_grad=True)  # a model's output, as a training step has it
+    labels = (torch.rand(8, 5, generator=g) < 0.4).long()
+    labels[:, 0] = 1
+    metric = torch_lwlrap.MultilabelLWLRAP(num_labels=5)
+    metric.update(logits, labels)
+    before = {name: value.clone() for name, value in metric.metric_state.items()}
+    preds, target = make(logits.detach(), labels)
+    with pytest.raises(error, match=message):
+        metric.update(preds, target)
+    with pytest.raises(error, match=message):
+        torch_lwlrap.multilabel_lwlrap(preds, target)
+    assert all(torch.equal(before[name], value) for name, value in metric.metric_state.items())
+    assert metric.compute().item() == pytest.approx(torch_lwlrap.multilabel_lwlrap(logits, labels).item(), abs=1e-12)

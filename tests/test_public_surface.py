@@ -212,6 +212,14 @@ def test_triton_forced_on_cpu_tensors_warns_once_naming_the_path_used(monkeypatc
     all_preds = torch.cat([p.detach() for p, _ in batches])
     all_target = torch.cat([t for _, t in batches])
     assert metric.compute().item() == pytest.approx(naive_lwlrap(all_preds, all_target), rel=1e-12)
+    # forced by a use_engine block (which takes precedence over the variable): the fix names the block
+    monkeypatch.setattr(_dispatch, "_warned", set())
+    monkeypatch.delenv("TORCH_LWLRAP_ENGINE")
+    with torch_lwlrap.use_engine("triton"), pytest.warns(torch_lwlrap.EngineFallbackWarning) as record:
+        torch_lwlrap.multilabel_lwlrap(*batches[0])
+    message = str(record[0].message)
+    assert 'use `use_engine("auto")` (or leave the `use_engine("triton")` block)' in message
+    assert "TORCH_LWLRAP_ENGINE" not in message
 
 
 def test_the_packages_export_what_the_top_level_loads_from_them():

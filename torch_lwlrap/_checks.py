@@ -16,75 +16,25 @@ from torch import Tensor
 
 from torch_lwlrap import _dispatch, _engine_config
 from torch_lwlrap._kernel_contract import KERNEL_TIES, SCORE_DTYPES, check_kernel_args  # noqa: F401 - re-exported
-from torch_lwlrap._options import CORRELATIONS, EMPTY_TARGET, GAINS, whole_number
-from torch_lwlrap._tie_rules import TIES
-
-AVERAGES = ("weighted", "macro", "none")
-
+from torch_lwlrap._options import (  # noqa: F401 - the option checks, re-exported: every layer imports them from here
+    AVERAGES,
+    _check_int64_ignore_index,
+    check_average,
+    check_choice,
+    check_empty_target,
+    check_gain,
+    check_graded_ignore_index,
+    check_ignore_index,
+    check_k,
+    check_method,
+    check_num_labels,
+    check_ties,
+    whole_number,
+)
+from torch_lwlrap._tie_rules import TIES  # noqa: F401 - re-exported
 
 #: Bytes per row assumed for the per-sample sums and their reductions (three 8-byte sums, the LRAP scores).
 _SAMPLE_BYTES = 64
-
-
-def check_choice(name: str, value: str, choices: Tuple[str, ...]) -> str:
-    """``value`` when it is one of ``choices``; else the error naming argument ``name`` and the choices."""
-    if value not in choices:
-        raise ValueError(f"Argument `{name}` must be one of {choices}, but got {value!r}.")
-    return value
-
-
-def check_empty_target(empty_target: str) -> str:
-    return check_choice("empty_target", empty_target, EMPTY_TARGET)
-
-
-def check_ties(ties: str) -> str:
-    return check_choice("ties", ties, TIES)
-
-
-def check_gain(gain: str) -> str:
-    return check_choice("gain", gain, GAINS)
-
-
-def check_method(method: str) -> str:
-    return check_choice("method", method, CORRELATIONS)
-
-
-def check_average(average: Optional[str]) -> str:
-    if average is None:
-        return "none"
-    if average not in AVERAGES:
-        raise ValueError(f"Argument `average` must be one of {AVERAGES} (or None), but got {average!r}.")
-    return average
-
-
-def check_num_labels(num_labels: int) -> int:
-    value = whole_number(num_labels)
-    if value is None or value < 1:
-        raise ValueError(f"Argument `num_labels` must be a positive integer, but got {num_labels!r}.")
-    return value
-
-
-def check_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
-    if ignore_index is None:
-        return None
-    value = whole_number(ignore_index)
-    if value is None:
-        raise ValueError(f"Argument `ignore_index` must be an integer or None, but got {ignore_index!r}.")
-    ignore_index = value
-    if ignore_index in (0, 1):
-        raise ValueError(
-            f"Argument `ignore_index` must differ from the label values 0 and 1, but got {ignore_index!r}."
-        )
-    return _check_int64_ignore_index(ignore_index)
-
-
-def _check_int64_ignore_index(ignore_index: int) -> int:
-    if not -(2**63) <= ignore_index < 2**63:
-        raise ValueError(
-            f"Argument `ignore_index` must fit an int64 (torch compares tensors with such integers only), but got "
-            f"{ignore_index!r}: mark unknown labels with -1, say."
-        )
-    return ignore_index
 
 
 def values_only(value):
@@ -143,14 +93,14 @@ def _check_kind(name: str, value: Tensor) -> None:
 def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
     """Checks that need no look at the values, hence no host-device sync: always run."""
     for name, value in (("preds", preds), ("target", target)):
-        if not isinstance(value, Tensor):
-            raise TypeError(f"Argument `{name}` must be a torch.Tensor, but got {type(value).__name__}.")
+        _check_is_tensor(name, value)
         _check_kind(name, value)
     if not preds.is_floating_point() and target.is_floating_point():
         raise TypeError(
             f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and `target` "
-            f"has the floating dtype {target.dtype}: the arguments look swapped. Pass the scores first and the 0/1 "
-            f"labels second: {user_call()}."
+            f"has the floating dtype {target.dtype}. If `preds` holds the labels, the arguments look swapped: pass "
+            f"the scores first and the 0/1 labels second, {user_call()}. If it holds thresholded predictions, pass "
+            f"the scores before the threshold (probabilities or logits): a ranking needs them."
         )
     if not preds.is_floating_point():
         raise TypeError(
@@ -164,11 +114,21 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
     _check_same(("preds", "target"), preds, target, num_labels)
 
 
+def _check_is_tensor(name: str, value) -> None:
+    if not isinstance(value, Tensor):
+        how = f"`torch.as_tensor({name})`" if hasattr(value, "__len__") or hasattr(value, "__array__") else None
+        raise TypeError(
+            f"Argument `{name}` must be a torch.Tensor, but got {type(value).__name__}"
+            + (f": convert it with {how}." if how else ".")
+        )
+
+
 def _check_layout(name: str, value: Tensor) -> None:
     """``(N, C, ...)`` with at least one class: every metric here ranks the classes of each sample."""
     if value.ndim < 2:
+        one = f": for a single sample, pass `{name}.unsqueeze(0)`" if value.ndim == 1 else ""
         raise ValueError(
-            f"Argument `{name}` must have at least 2 dimensions (N, C, ...), but got shape {tuple(value.shape)}."
+            f"Argument `{name}` must have at least 2 dimensions (N, C, ...), but got shape {tuple(value.shape)}{one}."
         )
     if value.shape[1] == 0:
         raise ValueError(
@@ -252,6 +212,38 @@ def nan_scores_error(preds: Tensor) -> ValueError:
     return ValueError(f"Argument `preds` contains NaN (first at index {tuple(where)}); NaN scores cannot be ranked.")
 
 
+def _bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: Optional[int]) -> ValueError:
+    """The error for a target with values other than 0, 1 and ``ignore_index`` (``bad``: where), with the fix its
+    values point to: swapped arguments, soft labels, marks of unknown labels."""
+    found = torch.unique(target[bad])  # each NaN apart: kept once below
+    if found.is_floating_point() and bool(torch.isnan(found).any()):
+        found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])
+    digits = {torch.float16: 4, torch.bfloat16: 3, torch.float32: 7}.get(target.dtype)
+    shown = [repr(float(f"{value:.{digits}g}")) if digits else repr(value) for value in found[:10].tolist()]
+    allowed = "0 and 1" if ignore_index is None else f"0, 1 and ignore_index={ignore_index}"
+    message = f"Argument `target` must contain only {allowed}, but found the values [{', '.join(shown)}]"
+    nan = bool(torch.isnan(found).any()) if found.is_floating_point() else False
+    finite = found[~torch.isnan(found)] if nan else found
+    known = preds if preds.dtype == torch.bool else ((preds == 0) | (preds == 1))
+    if bool(known.all()) and preds.numel():
+        fix = f"`preds` holds only 0 and 1: the arguments look swapped, pass the scores first, {user_call()}"
+    elif nan or (finite.numel() and bool((finite < 0).all())):
+        mark = "-1" if nan else shown[0]
+        fix = (
+            f"if {'NaN marks' if nan else 'they mark'} unknown labels, pass `ignore_index={mark}`"
+            + (" after `target.nan_to_num(-1)`" if nan else "")
+            + ": they are then neither positive nor ranked"
+        )
+    elif finite.numel() and bool(((finite > 0) & (finite < 1)).all()):
+        fix = (
+            "soft labels (0 < value < 1) are not positives or negatives: threshold them (`target > 0.5`), or score "
+            "graded relevance with `multilabel_ndcg`"
+        )
+    else:
+        fix = "pass 0/1 (or bool) labels, one per class"
+    return ValueError(f"{message}: {fix}.")
+
+
 def _check_values(
     preds: Tensor,
     target: Tensor,
@@ -289,9 +281,7 @@ def _check_values(
     if _ignore_value(target, ignore_index) is not None:
         bad_target &= target != ignore_index
     if bad_target.any():
-        found = torch.unique(target[bad_target]).tolist()[:10]
-        allowed = "0 and 1" if ignore_index is None else f"0, 1 and ignore_index={ignore_index}"
-        raise ValueError(f"Argument `target` must contain only {allowed}, but found the values {found}.")
+        raise _bad_target_error(preds, target, bad_target, ignore_index)
     assert sample_weight is not None
     if torch.isnan(sample_weight).any():
         raise ValueError("Argument `sample_weight` contains NaN.")
@@ -465,35 +455,8 @@ _UNSIGNED_WITHOUT_COMPARISONS = tuple(getattr(torch, name) for name in ("uint16"
                                       if hasattr(torch, name))
 
 
-def check_k(k, *, allow_none: bool = False) -> Optional[int]:
-    """``k`` as given: a positive integer below ``2**63`` (or None where allowed)."""
-    if k is None and allow_none:
-        return None
-    value = whole_number(k)
-    if value is None or value < 1:
-        fix = "a positive integer (or None for every label)" if allow_none else "a positive integer"
-        raise ValueError(f"Argument `k` must be {fix}, but got {k!r}.")
-    if value >= 2**63:
-        raise ValueError(f"Argument `k` must be below 2**63 (an int64), but got {k!r}.")
-    return value
-
-
-def check_graded_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
-    """A negative integer or None: every non-negative value is a relevance grade."""
-    if ignore_index is None:
-        return None
-    value = whole_number(ignore_index)
-    if value is None or value >= 0:
-        raise ValueError(
-            f"Argument `ignore_index` must be a negative integer or None for graded relevance (every non-negative "
-            f"value is a relevance grade), but got {ignore_index!r}: mark unknown labels with -1, say."
-        )
-    return _check_int64_ignore_index(value)
-
-
 def _check_scores(name: str, value, what: str) -> None:
-    if not isinstance(value, Tensor):
-        raise TypeError(f"Argument `{name}` must be a torch.Tensor, but got {type(value).__name__}.")
+    _check_is_tensor(name, value)
     _check_kind(name, value)
     if not value.is_floating_point():
         raise TypeError(
@@ -505,9 +468,17 @@ def _check_scores(name: str, value, what: str) -> None:
 
 def _check_same(names: Tuple[str, str], first: Tensor, second: Tensor, num_labels: Optional[int]) -> None:
     if first.shape != second.shape:
+        indices = ""
+        if second.shape == first.shape[:1] + first.shape[2:] and not second.is_floating_point():
+            move = ".movedim(-1, 1)" if first.ndim > 2 else ""
+            indices = (
+                f": `{names[1]}` looks like one class index per sample, but these metrics take a multi-hot "
+                f"`{names[1]}` of 0/1 per class, as `torch.nn.functional.one_hot({names[1]}, {first.shape[1]}){move}` "
+                f"makes"
+            )
         raise ValueError(
             f"Arguments `{names[0]}` and `{names[1]}` must have the same shape (N, C, ...), but got "
-            f"{tuple(first.shape)} for `{names[0]}` and {tuple(second.shape)} for `{names[1]}`."
+            f"{tuple(first.shape)} for `{names[0]}` and {tuple(second.shape)} for `{names[1]}`{indices}."
         )
     if first.device != second.device:
         raise ValueError(

@@ -39,7 +39,13 @@ from torch_lwlrap import (
     _numba_rules,
     _triton_kernel,
 )
-from torch_lwlrap._engine_config import ENGINE_VARIABLE, compiled_cpu_allowed, forced_chunk_elements, get_engine
+from torch_lwlrap._engine_config import (
+    ENGINE_VARIABLE,
+    compiled_cpu_allowed,
+    engine_forced_by_block,
+    forced_chunk_elements,
+    get_engine,
+)
 from torch_lwlrap._torch_paths import choose_engine
 
 __all__ = [
@@ -216,10 +222,15 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
     if engine == "triton" and _triton_failure is not None:
         return  # said once already, when the launch failed
     reason = RANKING_BACKENDS[engine].unavailable_reason(device, dtype)
+    # Where the forced engine comes from, and so how to let the device choose instead.
+    to_auto = (
+        f"use `use_engine(\"auto\")` (or leave the `use_engine(\"{engine}\")` block)" if engine_forced_by_block()
+        else f"set {ENGINE_VARIABLE}=auto (or unset it)"
+    )
     on_a_gpu = engine == "triton" and device.type in _triton_kernel.GPU_DEVICE_TYPES
     if device.type != _HOME_DEVICE[engine] and not on_a_gpu:
         where = "the CPU" if engine == "numba" else "a CUDA GPU"
-        fix = f"move the tensors to {where}, or set {ENGINE_VARIABLE}=auto (or unset it) to pick by device"
+        fix = f"move the tensors to {where}, or {to_auto} to pick by device"
     elif dtype not in _kernel_contract.SCORE_DTYPES:
         fix = "pass float16, bfloat16, float32 or float64 scores"
     elif engine == "numba":
@@ -227,7 +238,7 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
     elif _triton_kernel.triton is None:
         fix = "install a Triton that matches your PyTorch with `pip install triton` (the package's `gpu` extra)"
     else:
-        fix = f"set {ENGINE_VARIABLE}=auto (or unset it), which takes the torch path on this GPU silently"
+        fix = f"{to_auto}, which takes the torch path on this GPU silently"
     name = engine if forced else "auto"
     _warn_once(
         ("unavailable", name, reason),

@@ -73,6 +73,11 @@ def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[No
         _forced.reset(token)
 
 
+def engine_forced_by_block() -> bool:
+    """Whether the engine in use comes from a :func:`use_engine` block (else from ``TORCH_LWLRAP_ENGINE``, or auto)."""
+    return _forced.get() is not None
+
+
 def forced_chunk_elements() -> Optional[int]:
     """The chunk size forced by :func:`use_engine`, or None for the defaults."""
     forced = _forced.get()

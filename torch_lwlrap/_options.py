@@ -1,7 +1,8 @@
-"""Option values every layer shares, kept free of torch so the command line can parse arguments without it."""
+"""Option values every layer shares, and their checks (each error names its argument), kept free of torch so the
+command line can parse arguments without it."""
 
 import numbers
-from typing import Optional
+from typing import Optional, Tuple
 
 #: The tie rules of every ranking function and metric; :mod:`torch_lwlrap._tie_rules` defines them.
 TIES = ("max", "index", "expected")
@@ -19,6 +20,9 @@ GAINS = ("exponential", "linear")
 #: The rank correlations per sample.
 CORRELATIONS = ("spearman", "kendall")
 
+#: The averages of lwlrap over classes (``None`` is read as ``"none"``).
+AVERAGES = ("weighted", "macro", "none")
+
 
 def whole_number(value) -> Optional[int]:
     """``value`` as a Python int where it is an integer argument: an ``int`` or a numpy integer (``np.int64(10)``
@@ -26,3 +30,90 @@ def whole_number(value) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         return None
     return int(value)
+
+
+def check_choice(name: str, value: str, choices: Tuple[str, ...]) -> str:
+    """``value`` when it is one of ``choices``; else the error naming argument ``name`` and the choices."""
+    if value not in choices:
+        raise ValueError(f"Argument `{name}` must be one of {choices}, but got {value!r}.")
+    return value
+
+
+def check_empty_target(empty_target: str) -> str:
+    return check_choice("empty_target", empty_target, EMPTY_TARGET)
+
+
+def check_ties(ties: str) -> str:
+    return check_choice("ties", ties, TIES)
+
+
+def check_gain(gain: str) -> str:
+    return check_choice("gain", gain, GAINS)
+
+
+def check_method(method: str) -> str:
+    return check_choice("method", method, CORRELATIONS)
+
+
+def check_average(average: Optional[str]) -> str:
+    if average is None:
+        return "none"
+    if average not in AVERAGES:
+        raise ValueError(f"Argument `average` must be one of {AVERAGES} (or None), but got {average!r}.")
+    return average
+
+
+def check_num_labels(num_labels: int) -> int:
+    value = whole_number(num_labels)
+    if value is None or value < 1:
+        raise ValueError(f"Argument `num_labels` must be a positive integer, but got {num_labels!r}.")
+    return value
+
+
+def check_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
+    if ignore_index is None:
+        return None
+    value = whole_number(ignore_index)
+    if value is None:
+        raise ValueError(f"Argument `ignore_index` must be an integer or None, but got {ignore_index!r}.")
+    ignore_index = value
+    if ignore_index in (0, 1):
+        raise ValueError(
+            f"Argument `ignore_index` must differ from the label values 0 and 1, but got {ignore_index!r}."
+        )
+    return _check_int64_ignore_index(ignore_index)
+
+
+def _check_int64_ignore_index(ignore_index: int) -> int:
+    if not -(2**63) <= ignore_index < 2**63:
+        raise ValueError(
+            f"Argument `ignore_index` must fit an int64 (torch compares tensors with such integers only), but got "
+            f"{ignore_index!r}: mark unknown labels with -1, say."
+        )
+    return ignore_index
+
+
+def check_k(k, *, allow_none: bool = False) -> Optional[int]:
+    """``k`` as given: a positive integer below ``2**63`` (or None where allowed)."""
+    if k is None and allow_none:
+        return None
+    value = whole_number(k)
+    if value is None or value < 1:
+        fix = "a positive integer (or None for every label)" if allow_none else "a positive integer"
+        raise ValueError(f"Argument `k` must be {fix}, but got {k!r}.")
+    if value >= 2**63:
+        raise ValueError(f"Argument `k` must be below 2**63 (an int64), but got {k!r}.")
+    return value
+
+
+def check_graded_ignore_index(ignore_index: Optional[int]) -> Optional[int]:
+    """A negative integer or None: every non-negative value is a relevance grade."""
+    if ignore_index is None:
+        return None
+    value = whole_number(ignore_index)
+    if value is None or value >= 0:
+        raise ValueError(
+            f"Argument `ignore_index` must be a negative integer or None for graded relevance (every non-negative "
+            f"value is a relevance grade), but got {ignore_index!r}: mark unknown labels with -1, say."
+        )
+    return _check_int64_ignore_index(value)

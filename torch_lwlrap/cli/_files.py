@@ -435,7 +435,7 @@ def read_truth(path: str, *, unknown: Optional[str] = None, text: Optional[str] 
                 continue
             field_text = fields[position].strip()
             try:
-                value = float(field_text)
+                value = float(_BOOLEANS.get(field_text.lower(), field_text))
             except ValueError:
                 value = float("nan")
             if value == 1.0:
@@ -449,7 +449,7 @@ def read_truth(path: str, *, unknown: Optional[str] = None, text: Optional[str] 
                     raise _index_column_error("truth", path, position, name, [])
                 raise CsvFormatError(
                     f"truth file {_where(path, line, fields[fname_at].strip())}, column {name!r}: the value "
-                    f"{field_text!r} is not 0 or 1{_unknown_hint(field_text, unknown)}."
+                    f"{field_text!r} is not 0 or 1{_unknown_hint(field_text, unknown)}.{_layout_hint(header, name)}"
                 )
         labels.append(positive)
         unknown_labels.append(row_unknown)
@@ -494,6 +494,21 @@ def _unknown_matcher(unknown: Optional[str]) -> Callable[[str], bool]:
             return lambda text: text.lower() == "nan"
         return lambda text: text == unknown
     return lambda text: _unknown_number(text) == number
+
+
+#: A wide truth table's values written by pandas from a bool column (True/False), read as 1/0.
+_BOOLEANS = {"true": "1", "false": "0"}
+
+
+def _layout_hint(header: Sequence[str], column: str) -> str:
+    """For a two-column truth file read as a wide table (its second column is not named ``labels``): how to name it
+    for the challenge layout."""
+    if len(header) != 2:
+        return ""
+    return (
+        f" A truth file of two columns is read as the challenge layout only when they are named 'fname' and "
+        f"'labels' (comma-separated class names); rename {column!r} to 'labels' if it lists class names."
+    )
 
 
 def _unknown_hint(text: str, unknown: Optional[str]) -> str:

@@ -87,9 +87,12 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
     truth_fnames = set(truth.fnames)
     for fname, line in zip(truth.fnames, truth.lines):
         if fname not in pred_rows:
+            missing = sum(name not in pred_rows for name in truth.fnames)
+            more = f" (and {missing - 1} more of its {len(truth.fnames)} fnames)" if missing > 1 else ""
+            example = f"; its fnames read like {pred.fnames[0]!r}" if pred.fnames and missing > 1 else ""
             raise CsvFormatError(
-                f"fname {fname!r} (truth file {truth.path!r}, line {line}) is missing from prediction file "
-                f"{pred.path!r}."
+                f"fname {fname!r} (truth file {truth.path!r}, line {line}){more} is missing from prediction file "
+                f"{pred.path!r}{example}."
             )
     kept = []
     for row, fname in enumerate(pred.fnames):

@@ -253,8 +253,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument(
         "--json",
         action="store_true",
-        help='print one JSON object {"lwlrap", "lrap", "num_samples", "num_labels", "num_classes", "per_class"} '
-        "and nothing else",
+        help='print one JSON object and nothing else: "lwlrap", "lrap", "num_samples", "num_labels", "num_classes", '
+        '"num_unknown", "per_class", "classes_without_positive", "metadata_columns", "selection", "vocabulary", '
+        '"options", and "ties" when positives are tied, "ci" with --ci (README.md lists their fields)',
     )
     parser.add_argument(
         "--plot",
@@ -271,8 +272,10 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="add a bootstrap confidence interval of lwlrap (overall, --per-class rows and --json) from B "
         "replicates (default B: 1000): the sampling variability of the evaluation set",
     )
-    parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0): same seed, same interval")
+    parser.add_argument("--level", type=float, help="the interval's coverage (default 0.95; with --ci)")
+    parser.add_argument(
+        "--seed", type=int, help="seed of the bootstrap (default 0; with --ci): same seed, same interval"
+    )
     add_input_options(parser)
     parser.add_argument(
         "--top",
@@ -307,12 +310,19 @@ def run(args: argparse.Namespace) -> int:
                 "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
             ) from None
 
+    if args.ci is None and (args.level is not None or args.seed is not None):
+        given = " and ".join(f"--{name}" for name in ("level", "seed") if getattr(args, name) is not None)
+        verb = "set" if " and " in given else "sets"
+        raise CommandError(f"{given} {verb} the bootstrap interval, which --ci asks for: add --ci (1000 replicates) "
+                           f"or --ci B, or leave {given} out.")
+    level = 0.95 if args.level is None else args.level
+    seed = 0 if args.seed is None else args.seed
     num_bootstrap = 0 if args.ci is None else check_bootstrap_args(
-        args.ci, args.level, "--ci", seed=args.seed, pred_path=args.pred
+        args.ci, level, "--ci", seed=seed, pred_path=args.pred
     )
     score = score_files(
         args.truth, args.pred, ties=args.ties, where=args.where, classes_path=args.classes_path,
-        unknown=args.unknown, num_bootstrap=num_bootstrap, level=args.level, seed=args.seed,
+        unknown=args.unknown, num_bootstrap=num_bootstrap, level=level, seed=seed,
     )
     if args.plot:
         write_plot(score, args.plot, top=args.top)
