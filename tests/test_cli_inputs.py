@@ -494,3 +494,8 @@ def test_score_plot_with_ci_draws_each_class_interval(tmp_path, monkeypatch, cap
     for name in CLASSES:
         low, high = ci[name]
         assert bars[(round(low, 9), round(high, 9))] == names.index(name), name
+    # each value label right of its class's interval, not over it; no legend over the last bar
+    for text in ax.texts:
+        x, y = text.get_position()
+        assert x > min(ci[names[round(y)]][1], 1.0), (names[round(y)], text.get_text())
+    assert ax.get_legend() is None and "bootstrap interval (100 replicates)" in ax.get_xlabel()

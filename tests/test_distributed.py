@@ -106,7 +106,8 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 
     dist.all_gather = recording_all_gather
     batches = make_batches()
-    results = {"gathered": {}, "synced_states": {}, "value": {}, "steps": {}, "report": {}, "warnings": []}
+    results = {"gathered": {}, "synced_states": {}, "value": {}, "steps": {}, "report": {}, "per_class": {},
+               "warnings": []}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for scenario, shards in SHARDS.items():
@@ -119,6 +120,8 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
                 results["gathered"][scenario, name] = list(gathered_shapes)
                 if name == "tie-report":  # read outside compute, synced as compute is
                     results["report"][scenario] = metric.report().as_dict()
+                if name == "lwlrap-weighted":  # likewise
+                    results["per_class"][scenario] = metric.per_class()
                 metric.sync()
                 results["synced_states"][scenario, name] = {
                     key: (tuple(value.shape), str(value.dtype)) for key, value in metric.metric_state.items()
@@ -215,6 +218,19 @@ def test_every_rank_reports_the_ties_of_all_shards(rank_results, scenario):
         assert (got["label_count"], got["tied_label_count"]) == (want.label_count, want.tied_label_count), rank
         for key in ("tied_share", "lwlrap_max", "lwlrap_expected", "lwlrap_best", "lwlrap_worst"):
             assert got[key] == pytest.approx(getattr(want, key), rel=1e-12), (rank, key)
+
+
+@pytest.mark.parametrize("scenario", list(SHARDS))
+def test_every_rank_reads_the_per_class_scores_of_all_shards(rank_results, scenario):
+    batches = make_batches()
+    everything = [batches[i] for rank in range(WORLD_SIZE) for i in SHARDS[scenario][rank]]
+    preds = torch.cat([b[0] for b in everything]).numpy()
+    target = torch.cat([b[1] for b in everything]).numpy()
+    counts = (target == 1).sum(0)
+    for rank, results in enumerate(rank_results):
+        per_class, weights = results["per_class"][scenario]
+        assert_same(per_class, naive_lwlrap(preds, target, "max", IGNORE, "none"), f"rank {rank}")
+        assert_same(weights, counts / counts.sum(), f"rank {rank}")
 
 
 @pytest.mark.parametrize("name", list(METRICS))

@@ -176,6 +176,17 @@ def test_interval_before_any_update_warns_as_compute_does():
         lrap.confidence_interval()
 
 
+def test_per_class_before_any_update_warns_as_compute_does():
+    metric = torch_lwlrap.MultilabelLWLRAP(num_labels=4)
+    with pytest.warns(UserWarning, match=r"``per_class`` method of metric MultilabelLWLRAP was called before"):
+        per_class, weights = metric.per_class()
+    assert torch.isnan(per_class).all() and not weights.any()
+    metric.update(*make_case(3, 10, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metric.per_class()
+
+
 def test_too_few_replicates_warn_and_say_how_many_the_level_needs():
     preds, target = make_case(7, 200, 6)
     metric = torch_lwlrap.MultilabelLWLRAP(num_labels=6, num_bootstrap=1, bootstrap_seed=0)

@@ -7,7 +7,8 @@ GPU's name and compute capability) and, for every device present (the CPU, each 
 * whether lwlrap (per class and weighted) and LRAP agree with a naive reference written here from the formulas,
   on random batches full of ties, with and without ``ignore_index``, under every tie rule of
   :data:`torch_lwlrap._checks.TIES` (relative tolerance 1e-12);
-* the time of the first call (numba's compile, Triton's JIT), and the steady-state time and rows/s at a realistic
+* the time of the first call (the compile of the kernels it takes, numba's or Triton's JIT, or their load from
+  numba's disk cache), and the steady-state time and rows/s at a realistic
   size (20,000 x 527 on the CPU, 1,000,000 x 527 on a GPU) next to the time of one read of the same inputs.
 
 The exit status is 1 if any value disagrees, else 0. ``--json`` prints one object instead of the tables.

@@ -426,9 +426,15 @@ def _draw_intervals(ax, score: Score, chosen: Sequence[int]) -> None:
         ecolor="black",
         elinewidth=1,
         capsize=2,
-        label=f"{_level_name(ci['level'])} bootstrap interval ({ci['num_bootstrap']} replicates)",
     )
-    ax.legend(loc="lower right", fontsize="small")
+    # Each bar's value label starts right of its interval (not over it); the axis label says what the bars are,
+    # where a legend would cover the last bar.
+    high_of = {y: high for (y, _), (_, high) in zip(rows, bounds)}
+    for text in ax.texts:
+        x, y = text.get_position()
+        if round(y) in high_of:
+            text.set_x(max(x, min(high_of[round(y)], 1.0) + 0.01))
+    ax.set_xlabel(f"lwlrap; black: {_level_name(ci['level'])} bootstrap interval ({ci['num_bootstrap']} replicates)")
 
 
 def print_output(text: str) -> None:

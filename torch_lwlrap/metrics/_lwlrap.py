@@ -351,7 +351,8 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         return _lwlrap_compute(self.precision_sum, self.label_count, self.average)
 
     def per_class(self) -> Tuple[Tensor, Tensor]:
-        """``(per_class, weights)``: per-class lwlrap (NaN without positive) and each class's share of labels.
+        """``(per_class, weights)``: per-class lwlrap (NaN without positive) and each class's share of labels, over
+        every process's batches (synced as :meth:`compute` is; before any update, NaN and 0 with compute's warning).
 
         Whatever ``average`` is; ``(per_class * weights).nansum()`` is the weighted (overall) lwlrap.
 
@@ -369,7 +370,15 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             >>> (per_class * weights).nansum()
             tensor(0.7917, dtype=torch.float64)
         """
-        return _lwlrap_per_class(self.precision_sum, self.label_count)
+        if self._update_count == 0:
+            warnings.warn(
+                f"The ``per_class`` method of metric {type(self).__name__} was called before the ``update`` method: "
+                f"no class has a positive label yet (NaN per class).",
+                UserWarning,
+                stacklevel=2,
+            )
+        with _synced(self):
+            return _lwlrap_per_class(self.precision_sum, self.label_count)
 
     def plot(
         self,
