@@ -17,7 +17,7 @@
 # PYTEST_ARGS (default: the whole suite) narrows step 1, so that it too can be split across runs, e.g.
 #   PYTEST_ARGS="tests/test_core.py tests/test_reliability.py" and then
 #   PYTEST_ARGS="--ignore=tests/test_core.py --ignore=tests/test_reliability.py" (pytest.log is named after the part).
-# The exit status is that of the first step that failed.
+# The exit status is that of the first step that failed; 3 without a CUDA GPU (nothing run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu_session_results}"
@@ -25,6 +25,13 @@ mkdir -p "$out"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 status=0
 steps=" ${STEPS:-0 1 2 3} "
+
+# Without a CUDA GPU torch can see, nothing here measures what it is for: say so in one line and stop (status 3).
+if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "gpu_session.sh: no CUDA GPU that torch can use here (torch.cuda.is_available() is False: a CPU build of" \
+         "torch, no GPU or no driver); run it on a machine with one, or torch-lwlrap doctor for the CPU alone" >&2
+    exit 3
+fi
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 

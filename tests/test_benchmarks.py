@@ -225,3 +225,14 @@ def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
         assert ignored.returncode == 0, f"{SCRATCH_DIR} is not git-ignored"
         tracked = subprocess.run(["git", "ls-files", str(RESULTS_DIR)], cwd=ROOT, capture_output=True, text=True)
         assert "cpu.json" in tracked.stdout  # the committed results stay where README and RESULTS.md link
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here: the session would run in full")
+def test_the_gpu_session_stops_at_once_without_a_gpu(tmp_path):
+    """Without a CUDA GPU the session says so in one line and exits 3, before the doctor or the suite run."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(["bash", os.path.join(repo, "benchmarks", "gpu_session.sh")], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, OUT=str(tmp_path / "out")))
+    assert done.returncode == 3 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "no CUDA GPU that torch can use here" in done.stderr
+    assert not any((tmp_path / "out").iterdir())

@@ -268,6 +268,23 @@ def test_fnames_without_their_extension_are_counted_and_shown(tmp_path):
     assert f"its fnames read like {fnames[0].removesuffix('.wav')!r}" in error
 
 
+def test_rows_without_a_label_are_counted_on_the_samples_line(tmp_path):
+    """An empty labels field (pandas writes an empty string as nothing) is a row without a positive: lwlrap leaves it
+    out, LRAP counts it as 1 as scikit-learn does, and the report says how many there are."""
+    fnames, scores, target = arrays(8, num_rows=25)
+    target[[3, 11], :] = 0
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    assert f"{fnames[3]}," in (tmp_path / "truth.csv").read_text().splitlines()  # an empty labels field
+    submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
+    result = cli_json("score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert result["rows_without_label"] == 2
+    assert result["lrap"] == pytest.approx(label_ranking_average_precision_score(target, scores), abs=1e-12)
+    assert result["lwlrap"] == pytest.approx(sklearn_lwlrap(scores, target), abs=1e-12)
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert (code, err) == (0, "")
+    assert "samples      25 (2 without a positive label: left out of lwlrap; LRAP counts each as 1" in out
+
+
 def test_compare_ties_index_needs_one_column_order(two_systems):
     folder = two_systems[0]
     error = cli_error("compare", folder / "truth.csv", folder / "a.csv", folder / "b.csv", "--ties", "index")

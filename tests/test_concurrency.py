@@ -91,6 +91,57 @@ def test_four_threads_at_once_give_the_serial_results(layer):
     assert "OK" in out
 
 
+def test_the_callers_numba_thread_count_caps_the_kernels_and_is_left_as_it_was(monkeypatch):
+    """A user's own numba.set_num_threads(1) keeps the kernels serial, and a setting the library changes for a call
+    is put back after it: the caller's numba code runs on the threads it asked for."""
+    if numba.config.NUMBA_NUM_THREADS < 2 or torch.get_num_threads() < 2:
+        pytest.skip("needs two threads for numba and torch")
+    monkeypatch.setattr(_numba_runtime, "_choice", AlwaysParallel())
+    monkeypatch.setattr(_numba_runtime, "PARALLEL_MIN_SCORES_PER_THREAD", 1)
+    preds, target = make_case(9, 400, 30)
+    want = naive_lwlrap(preds, target)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        assert _numba_runtime.threads_for(10**9) == 1
+        assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, **TOL)
+        assert numba.get_num_threads() == 1
+        numba.set_num_threads(2)
+        with monkeypatch.context() as patched:  # the library asks for one thread less than the caller's setting
+            patched.setattr(torch, "get_num_threads", lambda: 1)
+            assert _numba_runtime.threads_for(10**9) == 1
+        assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, **TOL)
+        assert numba.get_num_threads() == 2
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_numba_with_its_compiler_switched_off_leaves_the_work_to_torch(tmp_path):
+    """NUMBA_DISABLE_JIT=1 (numba's debugging switch): every function takes the torch paths, silently under auto."""
+    code = (
+        "import warnings, torch, torch_lwlrap as T\n"
+        "warnings.simplefilter('error')\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "p, y = torch.rand(300, 40, generator=g), torch.rand(300, 40, generator=g) < 0.3\n"
+        "print(T.multilabel_lwlrap(p, y).item(), T.multilabel_rank_correlation(p, p.flip(1), method='kendall').item(),"
+        " T.multilabel_lwlrap_ci(p, y, seed=0).low.item())\n"
+        "from torch_lwlrap import _dispatch\n"
+        "print(_dispatch.ranking_backend(torch.device('cpu'), torch.float32))\n"
+    )
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    env.pop("TORCH_LWLRAP_ENGINE", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    values, backend = done.stdout.splitlines()
+    assert backend == "None"
+    env.pop("NUMBA_DISABLE_JIT")
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                           cwd=Path(__file__).resolve().parents[1])
+    assert again.returncode == 0, again.stderr
+    assert [float(v) for v in values.split()] == pytest.approx([float(v) for v in again.stdout.split()[:3]], abs=1e-12)
+
+
 def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):
     preds, target = make_case(7, 3000, 61, ignore_index=-1)
     positive, known = target == 1, target != -1

@@ -283,3 +283,51 @@ def test_no_unexpected_warning_in_the_ranks(rank_results):
     for results in rank_results:
         unexpected = [m for m in results["warnings"] if "before the ``update``" not in m]
         assert not unexpected
+
+
+def _mismatch_worker(rank: int, init_file: str, out_dir: str) -> None:
+    """Rank 1 builds its metrics with other options than rank 0 (a config that differs per process); then both
+    build them alike, one with other run settings (validate_args), which is no mismatch."""
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60)
+    )
+    batches = [(preds, target.clamp(min=0)) for preds, target, _ in make_batches()]  # valid for any ignore_index
+    results = {}
+    made = {
+        "ties": lambda: MultilabelLWLRAP(NUM_LABELS, ties="max" if rank == 0 else "index"),
+        "ignore_index": lambda: MultilabelLRAP(NUM_LABELS, ignore_index=IGNORE if rank == 0 else -2),
+        "step": lambda: MultilabelLWLRAP(NUM_LABELS, ties="max" if rank == 0 else "expected", dist_sync_on_step=True),
+        "settings only": lambda: MultilabelLWLRAP(NUM_LABELS, validate_args=rank == 0, ignore_index=IGNORE),
+    }
+    for name, make in made.items():
+        metric = make()
+        try:
+            if name == "step":
+                metric(*batches[rank])
+            else:
+                metric.update(*batches[rank])
+            results[name] = ("value", metric.compute())
+        except ValueError as error:
+            results[name] = ("error", str(error))
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_processes_with_different_options_are_refused_not_summed(tmp_path):
+    ranks = run_ranks(_mismatch_worker, tmp_path)
+    for rank, results in enumerate(ranks):
+        kind, message = results["ties"]
+        assert kind == "error", (rank, message)
+        assert "MultilabelLWLRAP was created with ties='max'" in message and "ties='index' on process 1" in message
+        assert "the same options on every process" in message
+        kind, message = results["ignore_index"]
+        assert kind == "error" and "ignore_index=-1" in message and "ignore_index=-2 on process 1" in message
+        kind, message = results["step"]  # dist_sync_on_step: refused at the step's sync
+        assert kind == "error" and "ties='expected' on process 1" in message
+        kind, value = results["settings only"]
+        assert kind == "value"
+        preds = torch.cat([b[0] for b in make_batches()[:2]]).numpy()
+        target = torch.cat([b[1].clamp(min=0) for b in make_batches()[:2]]).numpy()
+        assert_same(value, naive_lwlrap(preds, target, "max"), f"rank {rank}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 from fractions import Fraction
@@ -88,7 +89,7 @@ def test_doctor_reports_every_device_and_dtype_and_exits_zero(small_timing, caps
         assert check["cases"] == 3 * 2 * len(check["ties"])  # batches x ignore_index x tie rules
         assert check["first call s"] > 0 and check["steady s"] > 0 and check["read floor s"] > 0
         assert check["rows/s"] == pytest.approx(300 / check["steady s"], rel=1e-12)
-        assert check["auto path"] in ("numba", "triton", "sort", "count")
+        assert check["path"] in ("numba", "triton", "sort", "count")
 
 
 def test_doctor_through_the_command_line_prints_the_tables(small_timing, capsys):
@@ -124,3 +125,22 @@ def test_an_engine_that_raises_is_a_disagreement(small_timing, monkeypatch, caps
     assert doctor.main(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert not report["ok"] and all("planted" in check["errors"][0] for check in report["checks"])
+
+
+def test_doctor_says_which_engine_a_forced_setting_takes(small_timing, capsys, monkeypatch):
+    """A TORCH_LWLRAP_ENGINE left set is the first thing to see in a pasted report: its own line, and the path
+    column of the path it forces (not the one auto would take), with numba's thread setting beside it."""
+    monkeypatch.setenv("TORCH_LWLRAP_ENGINE", "sort")
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    engine = [line for line in out.splitlines() if line.startswith("engine ")]
+    assert [line.split(None, 1)[1] for line in engine] == ["sort (forced by TORCH_LWLRAP_ENGINE)"]
+    rows = [line.split() for line in out.splitlines() if line.startswith("cpu ")]
+    assert rows and all(row[2] == "sort" for row in rows)
+    if importlib.util.find_spec("numba") is not None:
+        import numba
+
+        threads = [line for line in out.splitlines() if line.startswith("numba threads ")]
+        assert len(threads) == 1 and f" {numba.get_num_threads()} (layer: " in threads[0]
+    monkeypatch.delenv("TORCH_LWLRAP_ENGINE")
+    assert doctor.versions()["engine"] == "auto"

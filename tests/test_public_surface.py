@@ -294,3 +294,15 @@ def test_integer_arguments_may_be_numpy_integers():
     with pytest.raises(ValueError, match=r"`num_labels` must be a positive integer, but got np.float64\(6.0\)|"
                                          r"`num_labels` must be a positive integer, but got 6.0"):
         MultilabelLWLRAP(np.float64(6))
+
+
+def test_use_engine_reads_a_name_as_the_environment_variable_does_and_complex_scores_are_not_called_swapped():
+    with torch_lwlrap.use_engine(" Sort "):
+        assert torch_lwlrap.get_engine() == "sort"
+    with pytest.raises(ValueError, match=r"Argument `engine` must be one of .* but got 'bogus'"):
+        with torch_lwlrap.use_engine("bogus"):
+            pass
+    preds, target = make_case(1, 6, 4)
+    with pytest.raises(TypeError, match=r"got dtype torch.complex64\. Ranking is done on the raw scores") as caught:
+        torch_lwlrap.multilabel_lwlrap(preds.to(torch.complex64), target.float())
+    assert "swapped" not in str(caught.value)

@@ -95,7 +95,7 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
     for name, value in (("preds", preds), ("target", target)):
         _check_is_tensor(name, value)
         _check_kind(name, value)
-    if not preds.is_floating_point() and target.is_floating_point():
+    if not preds.is_floating_point() and not preds.is_complex() and target.is_floating_point():
         raise TypeError(
             f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and `target` "
             f"has the floating dtype {target.dtype}. If `preds` holds the labels, the arguments look swapped: pass "

@@ -62,8 +62,10 @@ def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[No
 
     The override holds in the calling thread (or ``contextvars`` context) only: other threads keep their own.
     """
+    given = engine
+    engine = engine.strip().lower() if isinstance(engine, str) else engine  # as TORCH_LWLRAP_ENGINE is read
     if engine not in ENGINES:
-        raise ValueError(f"Argument `engine` must be one of {ENGINES}, but got {engine!r}.")
+        raise ValueError(f"Argument `engine` must be one of {ENGINES}, but got {given!r}.")
     if chunk_elements is not None and chunk_elements < 1:
         raise ValueError(f"Argument `chunk_elements` must be positive, but got {chunk_elements!r}.")
     token = _forced.set((engine, chunk_elements))

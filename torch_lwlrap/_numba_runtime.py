@@ -72,6 +72,8 @@ def unavailable_reason(device) -> Optional[str]:
         return f"the numba kernels take CPU tensors, not {device.type} ones"
     if numba is None:
         return "numba is not installed"
+    if numba.config.DISABLE_JIT:
+        return "numba's compiler is switched off (NUMBA_DISABLE_JIT=1)"
     return None
 
 def kernel_sources(directory: Path, package: str) -> List[Path]:
@@ -181,7 +183,8 @@ clear_stale_cache(unavailable_reason, "torch_lwlrap")
 
 def threads_for(scores: int) -> int:
     """The most threads a pass over ``scores`` scores may use: 1 (the serial variant only) in a forked child or for
-    small batches, else up to ``torch.get_num_threads()``, one per :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores.
+    small batches, else up to ``torch.get_num_threads()`` and ``numba.get_num_threads()``, one per
+    :data:`PARALLEL_MIN_SCORES_PER_THREAD` scores.
     :func:`run` then takes that many threads or the serial variant, whichever has been faster.
 
     Example:
@@ -190,8 +193,17 @@ def threads_for(scores: int) -> int:
     """
     if _serial_only or numba is None:
         return 1
-    limit = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, scores // PARALLEL_MIN_SCORES_PER_THREAD)
+    limit = min(torch.get_num_threads(), _numba_threads(), scores // PARALLEL_MIN_SCORES_PER_THREAD)
     return max(1, limit)
+
+
+def _numba_threads() -> int:
+    """numba's thread count in this thread: the caller's own ``numba.set_num_threads`` (never raised by :func:`run`,
+    which puts it back after each call), else ``NUMBA_NUM_THREADS``. Read from numba only once its threads are
+    running (a call to ``set_num_threads`` starts them): before that, asking would start them."""
+    if not _threads_started():
+        return numba.config.NUMBA_NUM_THREADS
+    return numba.get_num_threads()
 
 
 class SpeedChoice:
@@ -345,12 +357,15 @@ def run(kernel: ParallelAndSerial, scores: int, *args, workload=None):
     # A call that compiles (or loads from numba's cache) or starts numba's threads is not timed.
     untimed = len(variant.overloads), parallel and not _threads_started()
     start = time.perf_counter()
+    callers = _numba_threads() if parallel else threads  # per Python thread in numba
     try:
-        if parallel and numba.get_num_threads() != threads:  # per Python thread in numba
+        if callers != threads:
             numba.set_num_threads(threads)
         return variant(*args)
     finally:
         seconds = time.perf_counter() - start
+        if callers != threads:  # the caller's setting back, for its own numba code
+            numba.set_num_threads(callers)
         if parallel:
             _parallel_lock.release()
         if (len(variant.overloads), False) == untimed:

@@ -183,6 +183,8 @@ def versions() -> Dict[str, Any]:
         "cuda": torch.version.cuda,
         "driver": _driver_version() if cuda else None,
         "torch threads": torch.get_num_threads(),
+        **_numba_settings(),
+        "engine": _engine_setting(),
         "gpus": [
             {
                 "device": f"cuda:{i}",
@@ -194,6 +196,27 @@ def versions() -> Dict[str, Any]:
     }
 
 
+def _numba_settings() -> Dict[str, Any]:
+    """numba's thread count in this thread (its own set_num_threads, else NUMBA_NUM_THREADS) and the threading
+    layer asked for; and that its compiler is off, where NUMBA_DISABLE_JIT=1 is set."""
+    try:
+        import numba
+    except ImportError:
+        return {}
+    out: Dict[str, Any] = {"numba threads": f"{numba.get_num_threads()} (layer: {numba.config.THREADING_LAYER})"}
+    if numba.config.DISABLE_JIT:
+        out["numba compiler"] = "off (NUMBA_DISABLE_JIT=1): the torch paths rank on the CPU"
+    return out
+
+
+def _engine_setting() -> str:
+    """The engine every call takes here: ``auto``, or the one ``TORCH_LWLRAP_ENGINE`` forces."""
+    from torch_lwlrap._engine_config import ENGINE_VARIABLE, get_engine
+
+    engine = get_engine()
+    return "auto" if engine == "auto" else f"{engine} (forced by {ENGINE_VARIABLE})"
+
+
 def devices() -> List[torch.device]:
     found = [torch.device("cpu")]
     if torch.cuda.is_available():
@@ -202,13 +225,16 @@ def devices() -> List[torch.device]:
 
 
 def auto_path(device: torch.device, dtype: torch.dtype, num_samples: int, num_classes: int, positives: int) -> str:
-    """The path ``"auto"`` takes for a batch of these sizes: a compiled one, else the torch path it picks."""
+    """The path the engine in use (``"auto"``, or the one ``TORCH_LWLRAP_ENGINE`` forces) takes for a batch of these
+    sizes: a compiled one, else the torch path it picks."""
     from torch_lwlrap import _dispatch
+    from torch_lwlrap._engine_config import get_engine
 
-    name = _dispatch.ranking_backend(device, dtype, "auto")
+    engine = get_engine()
+    name = _dispatch.ranking_backend(device, dtype, engine)
     if name is not None:
         return name
-    return _dispatch.torch_path("auto", device, num_samples, num_classes, torch.tensor([positives]))
+    return _dispatch.torch_path(engine, device, num_samples, num_classes, torch.tensor([positives]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -294,7 +320,7 @@ def check_device_dtype(device: torch.device, dtype: torch.dtype, timing: bool = 
     record["agrees"] = not record["failures"] and not record["errors"]
     num_samples, num_classes = TIMING_SIZES["cuda" if device.type == "cuda" else "cpu"]
     preds, target = timing_inputs(device, dtype, num_samples, num_classes)
-    record["auto path"] = auto_path(device, dtype, num_samples, num_classes, int(target.sum()))
+    record["path"] = auto_path(device, dtype, num_samples, num_classes, int(target.sum()))
     record["size"] = [num_samples, num_classes]
     if timing:
         try:
@@ -360,7 +386,7 @@ def _version_lines(info: Dict[str, Any]) -> List[str]:
 
 #: The columns of the checks table and their widths, fixed so that each row can be printed as soon as it is
 #: measured (a longer cell pushes the rest of its row to the right).
-_CHECK_COLUMNS = (("device", 6), ("dtype", 8), ("auto path", 9), ("agrees (cases)", 14), ("first call", 10),
+_CHECK_COLUMNS = (("device", 6), ("dtype", 8), ("path", 9), ("agrees (cases)", 14), ("first call", 10),
                   ("size", 15), ("steady", 8), ("rows/s", 7), ("read floor", 10), ("x floor", 7))
 
 
@@ -371,7 +397,7 @@ def _check_line(cells: Sequence[str]) -> str:
 def _check_row(check: Dict[str, Any]) -> str:
     n, c = check["size"]
     return _check_line([
-        check["device"], check["dtype"], check["auto path"],
+        check["device"], check["dtype"], check["path"],
         f"yes ({check['cases']})" if check["agrees"] else "NO",
         _seconds(check.get("first call s")), f"{n:,} x {c}", _seconds(check.get("steady s")),
         _rate(check.get("rows/s")), _seconds(check.get("read floor s")),

@@ -56,6 +56,8 @@ class Score:
         ignored_pred_rows: prediction rows left out because their truth rows were not selected.
         vocabulary: the ``--classes`` file that pinned the classes, or None.
         num_unknown: the unknown labels of the scored rows (``--unknown``): neither positive nor ranked.
+        rows_without_label: the scored rows without a positive label (an empty ``labels`` field, a wide row of 0s):
+            lwlrap has nothing of them to average, LRAP counts each as 1 (scikit-learn's rule).
     """
 
     lwlrap: float
@@ -74,6 +76,7 @@ class Score:
     ignored_pred_rows: int = 0
     vocabulary: Optional[str] = None
     num_unknown: int = 0
+    rows_without_label: int = 0
 
     def to_dict(self) -> Dict[str, object]:
         """The JSON object printed by ``--json``; the lwlrap of a class without positive is None (``null``).
@@ -90,6 +93,7 @@ class Score:
             "num_labels": self.num_labels,
             "num_classes": len(self.classes),
             "num_unknown": self.num_unknown,
+            "rows_without_label": self.rows_without_label,
             "per_class": {
                 name: {"lwlrap": None if math.isnan(value) else value, "weight": weight, "count": count}
                 for name, value, weight, count in zip(self.classes, self.per_class, self.weights, self.counts)
@@ -324,7 +328,7 @@ def format_report(
         names = ": " + ", ".join(absent) if len(absent) <= _NAMED_ABSENT else ", listed by --json"
         classes += f" ({len(absent)} without a positive label{names})"
     lines += [
-        summary_line("samples", score.num_samples),
+        summary_line("samples", str(score.num_samples) + _unlabelled_note(score.rows_without_label)),
         summary_line("classes", classes),
         summary_line("labels", labels_summary(score.num_labels, score.num_unknown)),
         summary_line("lwlrap", f"{score.lwlrap:.6f}" + _interval_note(score)),
@@ -337,6 +341,18 @@ def format_report(
         if block:
             lines += [""] + block
     return "\n".join(lines)
+
+
+def _unlabelled_note(rows: int) -> str:
+    """The ``samples`` line's note of rows without a positive label.
+
+    Example:
+        >>> _unlabelled_note(0), _unlabelled_note(2)
+        ('', ' (2 without a positive label: left out of lwlrap; LRAP counts each as 1, as scikit-learn does)')
+    """
+    if not rows:
+        return ""
+    return f" ({rows} without a positive label: left out of lwlrap; LRAP counts each as 1, as scikit-learn does)"
 
 
 def labels_summary(num_labels: int, num_unknown: int) -> str:

@@ -140,6 +140,7 @@ def score_files(
         ignored_pred_rows=inputs.ignored_pred_rows[0],
         vocabulary=classes_path,
         num_unknown=inputs.num_unknown,
+        rows_without_label=int(((target_np == 1).sum(axis=1) == 0).sum()),
     )
 
 
@@ -254,8 +255,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--json",
         action="store_true",
         help='print one JSON object and nothing else: "lwlrap", "lrap", "num_samples", "num_labels", "num_classes", '
-        '"num_unknown", "per_class", "classes_without_positive", "metadata_columns", "selection", "vocabulary", '
-        '"options", and "ties" when positives are tied, "ci" with --ci (README.md lists their fields)',
+        '"num_unknown", "rows_without_label", "per_class", "classes_without_positive", "metadata_columns", '
+        '"selection", "vocabulary", "options", and "ties" when positives are tied, "ci" with --ci (README.md lists '
+        "their fields)",
     )
     parser.add_argument(
         "--plot",

@@ -214,7 +214,38 @@ class TaggedMetric(Metric):
         if self._defaults:
             raise RuntimeError(f"{type(self).__name__} declares its options before its states")
         self._options = tuple(option for option in options if option is not None)
-        self.add_state("options_tag", self._tag(torch.float64), dist_reduce_fx="max")
+        self.add_state("options_tag", self._tag(torch.float64), dist_reduce_fx=self._same_options_everywhere)
+
+    def _same_options_everywhere(self, tags: Tensor) -> Tensor:
+        """``options_tag``'s reduction: the tags of every process, stacked, must hold the same options (run settings
+        aside: their largest entries are kept), else their sums mean different things and adding them would give a
+        wrong value without a word. One read of a few integers, within a sync across processes (which waits for the
+        others anyway); not in ``forward``'s merge of a batch into the accumulated states, which reads nothing."""
+        if self.__dict__.get("_syncing_processes") and tags.device.type != "meta" and tags.shape[0] > 1:
+            rows = tags.tolist()
+            for rank, row in enumerate(rows[1:], 1):
+                if _without_settings(row) != _without_settings(rows[0]):
+                    mine, theirs = (_decoded(tags[0], self._options), _decoded(tags[rank], self._options))
+                    if mine is not None and theirs is not None:
+                        differ = [name for name in mine if mine[name] != theirs[name]]
+                        what = (
+                            f"{_describe({name: mine[name] for name in differ})} on process 0 and "
+                            f"{_describe({name: theirs[name] for name in differ})} on process {rank}"
+                        )
+                    else:
+                        what = f"other options, or another metric class, on process {rank} than on process 0"
+                    raise ValueError(
+                        f"{type(self).__name__} was created with {what}: their sums cannot be added. Create the "
+                        f"metric with the same options on every process."
+                    )
+        return tags.max(dim=0).values
+
+    def _sync_dist(self, *args: Any, **kwargs: Any) -> None:
+        self._syncing_processes = True  # the tags' reduction then compares them (_same_options_everywhere)
+        try:
+            super()._sync_dist(*args, **kwargs)
+        finally:
+            self._syncing_processes = False
 
     def _tag(self, sum_dtype: torch.dtype) -> Tensor:
         """This metric's options tag, its run settings at the end (:data:`SETTINGS_MARK`)."""
