@@ -299,7 +299,9 @@ def _mismatch_worker(rank: int, init_file: str, out_dir: str) -> None:
         "ignore_index": lambda: MultilabelLRAP(NUM_LABELS, ignore_index=IGNORE if rank == 0 else -2),
         "step": lambda: MultilabelLWLRAP(NUM_LABELS, ties="max" if rank == 0 else "expected", dist_sync_on_step=True),
         "settings only": lambda: MultilabelLWLRAP(NUM_LABELS, validate_args=rank == 0, ignore_index=IGNORE),
+        "drawn seeds": lambda: MultilabelLWLRAP(NUM_LABELS, num_bootstrap=50),  # torch seeded differently below
     }
+    torch.manual_seed(rank)
     for name, make in made.items():
         metric = make()
         try:
@@ -308,6 +310,8 @@ def _mismatch_worker(rank: int, init_file: str, out_dir: str) -> None:
             else:
                 metric.update(*batches[rank])
             results[name] = ("value", metric.compute())
+            if name == "drawn seeds":
+                results["drawn seeds interval"] = (metric.bootstrap_seed, metric.confidence_interval())
         except ValueError as error:
             results[name] = ("error", str(error))
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -326,8 +330,12 @@ def test_processes_with_different_options_are_refused_not_summed(tmp_path):
         assert kind == "error" and "ignore_index=-1" in message and "ignore_index=-2 on process 1" in message
         kind, message = results["step"]  # dist_sync_on_step: refused at the step's sync
         assert kind == "error" and "ties='expected' on process 1" in message
-        kind, value = results["settings only"]
-        assert kind == "value"
         preds = torch.cat([b[0] for b in make_batches()[:2]]).numpy()
         target = torch.cat([b[1].clamp(min=0) for b in make_batches()[:2]]).numpy()
-        assert_same(value, naive_lwlrap(preds, target, "max"), f"rank {rank}")
+        for name in ("settings only", "drawn seeds"):  # run settings, or seeds drawn per process, may differ
+            kind, value = results[name]
+            assert kind == "value", (rank, name, value)
+            assert_same(value, naive_lwlrap(preds, target, "max"), f"rank {rank}, {name}")
+        low, high = results["drawn seeds interval"][1]
+        assert low < results["drawn seeds"][1] < high
+    assert ranks[0]["drawn seeds interval"][0] != ranks[1]["drawn seeds interval"][0]

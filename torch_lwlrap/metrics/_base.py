@@ -182,6 +182,10 @@ def _describe(values: Dict[str, Any]) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in values.items())
 
 
+#: Options that may differ from process to process: a bootstrap seed drawn in each (``bootstrap_seed=None``, torch
+#: not seeded alike) gives each its own weights, as the process rank in the key does anyway.
+_PER_PROCESS_OPTIONS = ("bootstrap_seed",)
+
 #: The fix a refusal names when the options differ.
 _FIX = ": create the metric with the checkpoint's options"
 
@@ -224,20 +228,23 @@ class TaggedMetric(Metric):
         if self.__dict__.get("_syncing_processes") and tags.device.type != "meta" and tags.shape[0] > 1:
             rows = tags.tolist()
             for rank, row in enumerate(rows[1:], 1):
-                if _without_settings(row) != _without_settings(rows[0]):
-                    mine, theirs = (_decoded(tags[0], self._options), _decoded(tags[rank], self._options))
-                    if mine is not None and theirs is not None:
-                        differ = [name for name in mine if mine[name] != theirs[name]]
-                        what = (
-                            f"{_describe({name: mine[name] for name in differ})} on process 0 and "
-                            f"{_describe({name: theirs[name] for name in differ})} on process {rank}"
-                        )
-                    else:
-                        what = f"other options, or another metric class, on process {rank} than on process 0"
-                    raise ValueError(
-                        f"{type(self).__name__} was created with {what}: their sums cannot be added. Create the "
-                        f"metric with the same options on every process."
+                if _without_settings(row) == _without_settings(rows[0]):
+                    continue
+                mine, theirs = (_decoded(tags[0], self._options), _decoded(tags[rank], self._options))
+                if mine is not None and theirs is not None:
+                    differ = [n for n in mine if mine[n] != theirs[n] and n not in _PER_PROCESS_OPTIONS]
+                    if not differ:
+                        continue
+                    what = (
+                        f"{_describe({name: mine[name] for name in differ})} on process 0 and "
+                        f"{_describe({name: theirs[name] for name in differ})} on process {rank}"
                     )
+                else:
+                    what = f"other options, or another metric class, on process {rank} than on process 0"
+                raise ValueError(
+                    f"{type(self).__name__} was created with {what}: their sums cannot be added. Create the metric "
+                    f"with the same options on every process."
+                )
         return tags.max(dim=0).values
 
     def _sync_dist(self, *args: Any, **kwargs: Any) -> None:
