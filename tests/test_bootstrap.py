@@ -337,6 +337,8 @@ def test_a_drawn_seed_leaves_torch_random_numbers_alone_and_repeats_after_seedin
     assert all(torch.equal(a, b) for a, b in zip(multilabel_lwlrap_ci(preds, target, num_bootstrap=50), interval))
     torch.manual_seed(1)
     assert MultilabelLWLRAP(NUM_LABELS, num_bootstrap=50).bootstrap_seed != metric.bootstrap_seed
+    with torch.device("meta"):  # a model built on the meta device: the seed still comes from the CPU generator
+        assert MultilabelLWLRAP(NUM_LABELS, num_bootstrap=50).bootstrap_seed >= 0
 
 
 def test_compare_names_the_system_whose_scores_are_bad():

@@ -140,6 +140,15 @@ def test_numba_with_its_compiler_switched_off_leaves_the_work_to_torch(tmp_path)
                            cwd=Path(__file__).resolve().parents[1])
     assert again.returncode == 0, again.stderr
     assert [float(v) for v in values.split()] == pytest.approx([float(v) for v in again.stdout.split()[:3]], abs=1e-12)
+    # forced, the warning names the switch to unset (not an install)
+    forced = subprocess.run(
+        [sys.executable, "-W", "always", "-c", "import torch, torch_lwlrap as T; "
+         "T.multilabel_lwlrap(torch.rand(5, 4), torch.rand(5, 4) < 0.5)"],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1],
+        env=dict(env, NUMBA_DISABLE_JIT="1", TORCH_LWLRAP_ENGINE="numba"),
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert "NUMBA_DISABLE_JIT=1" in forced.stderr and "unset NUMBA_DISABLE_JIT" in forced.stderr
 
 
 def test_serial_and_parallel_variants_give_identical_sums(monkeypatch):

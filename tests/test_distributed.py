@@ -274,7 +274,10 @@ def test_only_fixed_size_sums_are_synced(rank_results, name):
                     assert int(np.prod(shape)) <= NUM_LABELS, f"{key} synced with shape {shape}"
             gathered = results["gathered"][scenario, name]
             assert gathered, "compute did not sync"
-            assert len(gathered) <= 2 * len(states)  # one gather of sizes and one of values per state at most
+            # one gather of sizes and one of values per state at most, and the options tag's first, alone: processes
+            # with other options are refused before their sums are gathered
+            assert len(gathered) <= 2 * (len(states) + 1)
+            assert gathered[:2] == [(1,), tag]
             sums = [shape for shape in gathered if shape != tag]
             assert len(sums) < len(gathered) and all(int(np.prod(shape)) <= NUM_LABELS < largest_batch for shape in sums)
 
@@ -300,6 +303,9 @@ def _mismatch_worker(rank: int, init_file: str, out_dir: str) -> None:
         "step": lambda: MultilabelLWLRAP(NUM_LABELS, ties="max" if rank == 0 else "expected", dist_sync_on_step=True),
         "settings only": lambda: MultilabelLWLRAP(NUM_LABELS, validate_args=rank == 0, ignore_index=IGNORE),
         "drawn seeds": lambda: MultilabelLWLRAP(NUM_LABELS, num_bootstrap=50),  # torch seeded differently below
+        # tags of other lengths; other states (whose gathers would not line up, or hang)
+        "tag lengths": lambda: MultilabelLRAP(NUM_LABELS, ignore_index=None if rank == 0 else -1),
+        "states": lambda: MultilabelLWLRAP(NUM_LABELS, num_bootstrap=0 if rank == 0 else 20, bootstrap_seed=1),
     }
     torch.manual_seed(rank)
     for name, make in made.items():
@@ -330,6 +336,10 @@ def test_processes_with_different_options_are_refused_not_summed(tmp_path):
         assert kind == "error" and "ignore_index=-1" in message and "ignore_index=-2 on process 1" in message
         kind, message = results["step"]  # dist_sync_on_step: refused at the step's sync
         assert kind == "error" and "ties='expected' on process 1" in message
+        kind, message = results["tag lengths"]
+        assert kind == "error" and "ignore_index=None on process 0 and ignore_index=-1 on process 1" in message
+        kind, message = results["states"]
+        assert kind == "error" and "num_bootstrap=0" in message and "num_bootstrap=20" in message
         preds = torch.cat([b[0] for b in make_batches()[:2]]).numpy()
         target = torch.cat([b[1].clamp(min=0) for b in make_batches()[:2]]).numpy()
         for name in ("settings only", "drawn seeds"):  # run settings, or seeds drawn per process, may differ

@@ -246,6 +246,10 @@ MISTAKES = {
                        r"found the values \[-1\]: if they mark unknown labels, pass `ignore_index=-1`"),
     "NaN for unknown": (lambda p, y: (p, y.float().masked_fill(torch.eye(*y.shape, dtype=torch.bool), math.nan)),
                         ValueError, r"\[nan\]: if NaN marks unknown labels, pass `ignore_index=-1` after `target.nan_to_num\(-1\)`"),
+    "-1 beside 0/1 predictions": (
+        lambda p, y: ((p > 0).float(), y.masked_fill(torch.eye(*y.shape, dtype=torch.bool), -1)), ValueError,
+        r"found the values \[-1\]: if they mark unknown labels, pass `ignore_index=-1`",
+    ),
     "soft labels": (lambda p, y: (p, y.float() * 0.9), ValueError, r"\[0\.9\]: soft labels .*`target > 0\.5`.*multilabel_ndcg"),
     "numpy scores": (lambda p, y: (p.numpy(), y), TypeError, r"got ndarray: convert it with `torch.as_tensor\(preds\)`"),
     "one sample, 1-D": (lambda p, y: (p[0], y[0]), ValueError, r"shape \(5,\): for a single sample, pass `preds.unsqueeze\(0\)`"),

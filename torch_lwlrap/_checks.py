@@ -225,7 +225,8 @@ def _bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: 
     nan = bool(torch.isnan(found).any()) if found.is_floating_point() else False
     finite = found[~torch.isnan(found)] if nan else found
     known = preds if preds.dtype == torch.bool else ((preds == 0) | (preds == 1))
-    if bool(known.all()) and preds.numel():
+    fractional = finite.is_floating_point() and bool((finite != finite.round()).any())
+    if fractional and bool(known.all()) and preds.numel():  # scores in target, labels in preds
         fix = f"`preds` holds only 0 and 1: the arguments look swapped, pass the scores first, {user_call()}"
     elif nan or (finite.numel() and bool((finite < 0).all())):
         mark = "-1" if nan else shown[0]
@@ -501,7 +502,7 @@ def _nan_error(name: str, value: Tensor) -> ValueError:
 def renamed_error(error: Exception, name: str) -> Exception:
     """``error``, one of the gate's errors about ``preds``, of the same type but about the argument ``name``
     (``preds_a``, say), for a function that takes several score tensors and checks each as ``preds``."""
-    return type(error)(re.sub(r"`preds\b", f"`{name}", str(error)))
+    return type(error)(re.sub(r"(?<=[`(])preds\b", name, str(error)))
 
 
 def check_batches(

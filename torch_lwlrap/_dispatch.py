@@ -203,6 +203,12 @@ def triton_failed(error: Exception, device: torch.device) -> None:
     )
 
 
+def _numba_runtime_disabled() -> bool:
+    """Whether numba is installed with its compiler switched off (``NUMBA_DISABLE_JIT=1``)."""
+    numba = sys.modules.get("numba")
+    return numba is not None and bool(numba.config.DISABLE_JIT)
+
+
 def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> None:
     """Warn (once per cause) where no compiled backend ranks these tensors but one was expected: the backend was
     forced (``TORCH_LWLRAP_ENGINE`` or :func:`~torch_lwlrap.use_engine`) and gives a reason, or ``"auto"`` meets a
@@ -233,6 +239,8 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
         fix = f"move the tensors to {where}, or {to_auto} to pick by device"
     elif dtype not in _kernel_contract.SCORE_DTYPES:
         fix = "pass float16, bfloat16, float32 or float64 scores"
+    elif engine == "numba" and _numba_runtime_disabled():
+        fix = "unset NUMBA_DISABLE_JIT"
     elif engine == "numba":
         fix = "install it with `pip install numba` (the package's `cpu` extra)"
     elif _triton_kernel.triton is None:

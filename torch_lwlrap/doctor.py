@@ -211,10 +211,11 @@ def _numba_settings() -> Dict[str, Any]:
 
 def _engine_setting() -> str:
     """The engine every call takes here: ``auto``, or the one ``TORCH_LWLRAP_ENGINE`` forces."""
-    from torch_lwlrap._engine_config import ENGINE_VARIABLE, get_engine
+    from torch_lwlrap._engine_config import ENGINE_VARIABLE, engine_forced_by_block, get_engine
 
     engine = get_engine()
-    return "auto" if engine == "auto" else f"{engine} (forced by {ENGINE_VARIABLE})"
+    source = "a use_engine block" if engine_forced_by_block() else ENGINE_VARIABLE
+    return "auto" if engine == "auto" else f"{engine} (forced by {source})"
 
 
 def devices() -> List[torch.device]:

@@ -15,7 +15,8 @@ A metric declares, once and before any other state, the options that change what
   checkpoints), so that a checkpoint of another class is refused naming the class that made it, not read as options
   of this one. Tags of the previous layout (``PREVIOUS_LAYOUT``, without the class) still load.
 
-The tag never changes (a ``"max"`` reduction keeps it across processes and merges).
+The tag never changes (a ``"max"`` reduction keeps it across processes and merges); processes whose tags hold
+different options are refused at their sync (:meth:`TaggedMetric._sync_dist`).
 """
 
 from __future__ import annotations
@@ -218,41 +219,40 @@ class TaggedMetric(Metric):
         if self._defaults:
             raise RuntimeError(f"{type(self).__name__} declares its options before its states")
         self._options = tuple(option for option in options if option is not None)
-        self.add_state("options_tag", self._tag(torch.float64), dist_reduce_fx=self._same_options_everywhere)
+        self.add_state("options_tag", self._tag(torch.float64), dist_reduce_fx="max")
 
-    def _same_options_everywhere(self, tags: Tensor) -> Tensor:
-        """``options_tag``'s reduction: the tags of every process, stacked, must hold the same options (run settings
-        aside: their largest entries are kept), else their sums mean different things and adding them would give a
-        wrong value without a word. One read of a few integers, within a sync across processes (which waits for the
-        others anyway); not in ``forward``'s merge of a batch into the accumulated states, which reads nothing."""
-        if self.__dict__.get("_syncing_processes") and tags.device.type != "meta" and tags.shape[0] > 1:
-            rows = tags.tolist()
-            for rank, row in enumerate(rows[1:], 1):
-                if _without_settings(row) == _without_settings(rows[0]):
+    def _sync_dist(self, dist_sync_fn: Callable = None, process_group: Any = None) -> None:
+        """torchmetrics' sync across processes, after one gather of every process's ``options_tag`` (tags of any
+        length): processes whose options differ are refused, naming the options, before their sums are gathered
+        (other options may even mean other states, whose gathers would not line up)."""
+        if dist_sync_fn is None:
+            from torchmetrics.utilities.distributed import gather_all_tensors as dist_sync_fn
+        if self.options_tag.device.type != "meta":  # shape-only tests of syncs: no values to compare
+            self._check_same_options([tag.tolist() for tag in dist_sync_fn(self.options_tag, group=process_group)])
+        super()._sync_dist(dist_sync_fn, process_group=process_group)
+
+    def _check_same_options(self, tags: List[List[int]]) -> None:
+        """Refuse tags of the processes (``tags[rank]``) whose options differ from process 0's (run settings and
+        :data:`_PER_PROCESS_OPTIONS` aside): their sums mean different things, and adding them would give a wrong
+        value without a word."""
+        for rank, tag in enumerate(tags[1:], 1):
+            if _without_settings(tag) == _without_settings(tags[0]):
+                continue
+            mine, theirs = (_decoded(torch.tensor(values, dtype=torch.int64), self._options) for values in (tags[0], tag))
+            if mine is not None and theirs is not None:
+                differ = [name for name in mine if mine[name] != theirs[name] and name not in _PER_PROCESS_OPTIONS]
+                if not differ:
                     continue
-                mine, theirs = (_decoded(tags[0], self._options), _decoded(tags[rank], self._options))
-                if mine is not None and theirs is not None:
-                    differ = [n for n in mine if mine[n] != theirs[n] and n not in _PER_PROCESS_OPTIONS]
-                    if not differ:
-                        continue
-                    what = (
-                        f"{_describe({name: mine[name] for name in differ})} on process 0 and "
-                        f"{_describe({name: theirs[name] for name in differ})} on process {rank}"
-                    )
-                else:
-                    what = f"other options, or another metric class, on process {rank} than on process 0"
-                raise ValueError(
-                    f"{type(self).__name__} was created with {what}: their sums cannot be added. Create the metric "
-                    f"with the same options on every process."
+                what = (
+                    f"{_describe({name: mine[name] for name in differ})} on process 0 and "
+                    f"{_describe({name: theirs[name] for name in differ})} on process {rank}"
                 )
-        return tags.max(dim=0).values
-
-    def _sync_dist(self, *args: Any, **kwargs: Any) -> None:
-        self._syncing_processes = True  # the tags' reduction then compares them (_same_options_everywhere)
-        try:
-            super()._sync_dist(*args, **kwargs)
-        finally:
-            self._syncing_processes = False
+            else:
+                what = f"other options, or as another metric class, on process {rank} than on process 0"
+            raise ValueError(
+                f"{type(self).__name__} was created with {what}: their sums cannot be added. Create the metric with "
+                f"the same options on every process."
+            )
 
     def _tag(self, sum_dtype: torch.dtype) -> Tensor:
         """This metric's options tag, its run settings at the end (:data:`SETTINGS_MARK`)."""

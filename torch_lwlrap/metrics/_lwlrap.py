@@ -184,7 +184,8 @@ class _Bootstrap:
 
     def bootstrap_samples(self) -> Tensor:
         """The ``B`` bootstrap replicates of :meth:`compute` (synced across processes as ``compute`` is):
-        ``(B,)``, or ``(B, C)`` per class. A replicate that drew no positive label (of a class) is NaN."""
+        ``(B,)``, or ``(B, C)`` per class. A replicate that drew no positive label (of a class, per class) is NaN;
+        with ``average="macro"`` a class it drew no positive of counts at its score on the whole set."""
         self._check_bootstrap()
         with _synced(self):
             return self._replicates()

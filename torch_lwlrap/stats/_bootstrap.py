@@ -73,8 +73,8 @@ def check_seed(seed: Optional[int], name: str = "bootstrap_seed") -> int:
     advancing it: seeding torch repeats it, and a metric or interval never changes the random numbers a training
     run draws after it (a model's initialization, say)."""
     if seed is None:
-        with torch.random.fork_rng(devices=[]):
-            return int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        with torch.random.fork_rng(devices=[]):  # the CPU generator, whatever torch's default device
+            return int(torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu"))
     value = whole_number(seed)
     if value is None or not 0 <= value < 2**63:
         raise ValueError(f"Argument `{name}` must be an integer in [0, 2**63) or None, but got {seed!r}.")
