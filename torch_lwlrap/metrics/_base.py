@@ -30,6 +30,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, NamedTup
 import torch
 from torch import Tensor
 from torchmetrics import Metric
+from torchmetrics.utilities.distributed import gather_all_tensors
 
 from torch_lwlrap._checks import check_batch
 
@@ -221,12 +222,10 @@ class TaggedMetric(Metric):
         self._options = tuple(option for option in options if option is not None)
         self.add_state("options_tag", self._tag(torch.float64), dist_reduce_fx="max")
 
-    def _sync_dist(self, dist_sync_fn: Callable = None, process_group: Any = None) -> None:
+    def _sync_dist(self, dist_sync_fn: Callable = gather_all_tensors, process_group: Any = None) -> None:
         """torchmetrics' sync across processes, after one gather of every process's ``options_tag`` (tags of any
         length): processes whose options differ are refused, naming the options, before their sums are gathered
         (other options may even mean other states, whose gathers would not line up)."""
-        if dist_sync_fn is None:
-            from torchmetrics.utilities.distributed import gather_all_tensors as dist_sync_fn
         if self.options_tag.device.type != "meta":  # shape-only tests of syncs: no values to compare
             self._check_same_options([tag.tolist() for tag in dist_sync_fn(self.options_tag, group=process_group)])
         super()._sync_dist(dist_sync_fn, process_group=process_group)
@@ -238,7 +237,9 @@ class TaggedMetric(Metric):
         for rank, tag in enumerate(tags[1:], 1):
             if _without_settings(tag) == _without_settings(tags[0]):
                 continue
-            mine, theirs = (_decoded(torch.tensor(values, dtype=torch.int64), self._options) for values in (tags[0], tag))
+            mine, theirs = (
+                _decoded(torch.tensor(values, dtype=torch.int64), self._options) for values in (tags[0], tag)
+            )
             if mine is not None and theirs is not None:
                 differ = [name for name in mine if mine[name] != theirs[name] and name not in _PER_PROCESS_OPTIONS]
                 if not differ:

@@ -43,7 +43,7 @@ from torch_lwlrap.functional._lwlrap import (
 )
 from torch_lwlrap.plot import plot_per_class, plot_values
 from torch_lwlrap.functional._intervals import (
-    MIN_CLASS_POSITIVES,
+    _class_interval,
     _lrap_bootstrap_update,
     _lrap_replicates,
     _lwlrap_bootstrap_update,
@@ -200,7 +200,7 @@ class _Bootstrap:
         self._check_bootstrap(level)
         with _synced(self):
             replicates = self._replicates()
-            few_positives = self._few_positives()
+            class_counts = self._class_counts()
         if replicates.numel() and bool(torch.isnan(replicates).all()):
             warnings.warn(
                 f"{type(self).__name__}.confidence_interval() is undefined, (nan, nan): no bootstrap replicate holds "
@@ -209,13 +209,13 @@ class _Bootstrap:
                 UserWarning,
                 stacklevel=2,
             )
-        low, high = _bootstrap.percentile_interval(replicates, level)
-        if few_positives is None:
-            return low, high
-        return low.masked_fill(few_positives, math.nan), high.masked_fill(few_positives, math.nan)
+        if class_counts is None:
+            return _bootstrap.percentile_interval(replicates, level)
+        return _class_interval(replicates, class_counts, level)
 
-    def _few_positives(self) -> Optional[Tensor]:
-        """The classes whose interval is NaN (too few positive labels), where :meth:`compute` is per class."""
+    def _class_counts(self) -> Optional[Tensor]:
+        """Each class's positive labels where :meth:`compute` is per class (its interval then needs two), else
+        None."""
         return None
 
 
@@ -335,8 +335,8 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             self.bootstrap_precision_sum, self.bootstrap_label_count, self.average, self.precision_sum, self.label_count
         )
 
-    def _few_positives(self) -> Optional[Tensor]:
-        return self.label_count < MIN_CLASS_POSITIVES if self.average == "none" else None
+    def _class_counts(self) -> Optional[Tensor]:
+        return self.label_count if self.average == "none" else None
 
     def compute(self) -> Tensor:
         """lwlrap of all accumulated batches (float64; ``(C,)`` with ``average="none"``).

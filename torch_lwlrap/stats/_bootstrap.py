@@ -279,8 +279,8 @@ def percentile_interval(replicates: Tensor, level: float) -> Tuple[Tensor, Tenso
         warnings.warn(
             f"A {level:g} percentile interval from {replicates.shape[0]} bootstrap replicate(s) is degenerate: each "
             f"tail holds {replicates.shape[0] * tail:.3g} of a replicate, so the bounds are interpolated between the "
-            f"most extreme replicates (one replicate gives an interval of width 0). Use at least {needed} replicates (num_bootstrap, or "
-            f"--bootstrap/--ci on the command line); 1000 or more is usual.",
+            f"most extreme replicates (one replicate gives an interval of width 0). Use at least {needed} replicates "
+            f"(num_bootstrap, or --bootstrap/--ci on the command line); 1000 or more is usual.",
             UserWarning,
             stacklevel=3,
         )
