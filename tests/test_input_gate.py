@@ -275,3 +275,107 @@ def test_a_new_users_mistakes_get_the_fix_and_leave_the_metric_alone(mistake):
         torch_lwlrap.multilabel_lwlrap(preds, target)
     assert all(torch.equal(before[name], value) for name, value in metric.metric_state.items())
     assert metric.compute().item() == pytest.approx(torch_lwlrap.multilabel_lwlrap(logits, labels).item(), abs=1e-12)
+
+
+def _ltr_calls(logits, y) -> Dict[str, object]:
+    """The rank-agreement functions on ``logits`` (a student) against ``y`` read as another system's scores."""
+    other = y.double() + 0.25 * torch.arange(y.shape[1], dtype=torch.float64)
+    return {
+        "multilabel_ndcg": torch_lwlrap.multilabel_ndcg(logits, y.clamp(min=0), k=3),
+        "multilabel_rank_correlation": torch_lwlrap.multilabel_rank_correlation(logits, other, method="kendall"),
+        "multilabel_kendall_distance_at_k": torch_lwlrap.multilabel_kendall_distance_at_k(logits, other, 3),
+    }
+
+
+def _public_callables():
+    """Every public function and metric class that takes ``validate_args``, with a call of it on a batch."""
+    import inspect
+
+    for name in sorted(torch_lwlrap.__all__):
+        thing = getattr(torch_lwlrap, name)
+        if not callable(thing) or name.startswith("use_") or name[0].isupper() and not name.startswith("Multilabel"):
+            continue
+        params = inspect.signature(thing.__init__ if inspect.isclass(thing) else thing).parameters
+        if "validate_args" in params:
+            yield name, thing, params
+
+
+def test_validate_args_must_be_a_bool_everywhere():
+    # None or 0 from a config must not switch the value checks off unseen: a target of 2s was summed before.
+    p = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.4]])
+    t = torch.tensor([[2, 0, 2], [0, 2, 0]])
+    names = []
+    for name, thing, params in _public_callables():
+        names.append(name)
+        needs_k = "k" in params and params["k"].default is params["k"].empty
+        extra = {"k": 1} if needs_k else {}
+        for bad in (None, 0, "false"):
+            with pytest.raises(TypeError, match=r"Argument `validate_args` must be True or False, but got "):
+                if isinstance(thing, type):
+                    thing(3, validate_args=bad, **extra)
+                elif name == "compare_lwlrap":
+                    thing(p, p, t, validate_args=bad)
+                else:
+                    thing(p, t, validate_args=bad, **extra)
+    assert len(names) == 11 + 14, names  # every metric class and every function with the option
+    metric = torch_lwlrap.MultilabelLWLRAP(3, validate_args=np.bool_(False))
+    assert metric.validate_args is False
+    with pytest.raises(TypeError, match="validate_args"):
+        metric.validate_args = None
+    assert metric.validate_args is False
+
+
+def test_lazily_negated_tensors_are_read_as_their_values():
+    # torch keeps a negation or conjugation as a bit (`x.conj().imag`, `torch._neg_view`): numpy refused such a
+    # tensor, so the numba path raised "Can't call numpy() on Tensor that has negative bit set".
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(30, NUM_CLASSES, generator=g)
+    y = (torch.rand(30, NUM_CLASSES, generator=g) < 0.3).long()
+    lazy_logits = torch._neg_view(-logits)
+    lazy_y = torch.complex(torch.zeros(y.shape, dtype=torch.float64), -y.double()).conj().imag
+    assert lazy_logits.is_neg() and lazy_y.is_neg()
+    for calls in (_calls, _ltr_calls):
+        want = calls(logits, y)
+        got = calls(lazy_logits, lazy_y)
+        for name, value in got.items():
+            torch.testing.assert_close(value, want[name], rtol=0, atol=0, equal_nan=True, msg=name)
+    assert torch_lwlrap.multilabel_lwlrap(lazy_logits, lazy_y).item() == pytest.approx(
+        naive_lwlrap(logits.double(), y), rel=REL
+    )
+
+
+@pytest.mark.parametrize(
+    "dtype, value, ignore_index",
+    [(torch.bfloat16, 256, 257), (torch.float16, 2048, 2049), (torch.float32, 2**24, 2**24 + 1),
+     (torch.float16, math.inf, 70000)],
+)
+def test_a_float_target_never_matches_an_ignore_index_it_cannot_hold(dtype, value, ignore_index):
+    # bfloat16 reads 257 as 256: comparing the target with ignore_index=257 ignored the (bad) value 256.
+    p = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.4]])
+    t = torch.tensor([[1.0, value, 1.0], [0.0, 1.0, 0.0]], dtype=dtype)
+    for call in (torch_lwlrap.multilabel_lwlrap, torch_lwlrap.multilabel_lrap, torch_lwlrap.multilabel_ranking_loss):
+        with pytest.raises(ValueError, match="target"):
+            call(p, t, ignore_index=ignore_index)
+    metric = torch_lwlrap.MultilabelLWLRAP(3, ignore_index=ignore_index)
+    with pytest.raises(ValueError, match="target"):
+        metric.update(p, t)
+    # A value the dtype holds is still ignored: row 0 ranks its two positives among its known labels alone (both
+    # first), where the ignored column's top score would otherwise push them down.
+    held = torch.tensor([[1.0, -1.0, 1.0], [0.0, 1.0, 0.0]], dtype=dtype)
+    scores = torch.tensor([[0.5, 0.9, 0.1], [0.2, 0.8, 0.4]])
+    assert torch_lwlrap.multilabel_lwlrap(scores, held, ignore_index=-1).item() == 1.0
+    assert torch_lwlrap.multilabel_lwlrap(scores, held.clamp(min=0)).item() == pytest.approx((1 / 2 + 2 / 3 + 1) / 3)
+
+
+def test_name_list_options_name_their_argument():
+    with pytest.raises(ValueError, match=r"Argument `retrieval_metrics` must be a non-empty subset of .* got \['map'\]"):
+        torch_lwlrap.MultilabelRankingMetrics(3, retrieval_metrics=["map"])
+    for bad in (None, 3, ()):
+        with pytest.raises(ValueError, match=r"Argument `metrics` must be a non-empty subset"):
+            torch_lwlrap.MultilabelRankingMetrics(3, metrics=bad)
+        with pytest.raises(ValueError, match=r"Argument `metrics` must be a non-empty subset"):
+            torch_lwlrap.multilabel_retrieval_at_k(torch.rand(2, 3), torch.ones(2, 3), k=1, metrics=bad)
+    # a set or a generator of names is taken, in the documented order
+    metric = torch_lwlrap.MultilabelRankingMetrics(3, metrics={"lrap", "coverage_error"})
+    metric.update(torch.tensor([[0.9, 0.1, 0.5]]), torch.tensor([[1, 0, 0]]))
+    assert list(metric.compute()) == ["coverage_error", "lrap"]

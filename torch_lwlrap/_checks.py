@@ -22,6 +22,7 @@ from torch_lwlrap._options import (  # noqa: F401 - the option checks, re-export
     check_average,
     check_choice,
     check_empty_target,
+    check_flag,
     check_gain,
     check_graded_ignore_index,
     check_ignore_index,
@@ -42,9 +43,13 @@ def values_only(value):
 
     Scores straight from a training step carry gradients. Ranking reads values only: it must never build an
     autograd graph or touch ``.grad``, and the numba path reads tensors as numpy arrays, which torch refuses for a
-    tensor that requires grad.
+    tensor that requires grad, or one whose negation or conjugation torch keeps as a lazy bit (``x.conj().imag``,
+    resolved here: a copy only for such a tensor).
     """
-    return value.detach() if isinstance(value, Tensor) else value
+    if not isinstance(value, Tensor):
+        return value
+    value = value.detach()
+    return value.resolve_neg().resolve_conj() if value.is_neg() or value.is_conj() else value
 
 
 #: Modules whose frames sit between a user's call and the checks: the package, torchmetrics and torch (a metric's
@@ -169,7 +174,19 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
         info = torch.iinfo(target.dtype)
         if not info.min <= ignore_index <= info.max:
             return None
+    elif not _float_holds(target.dtype, ignore_index):
+        return None
     return ignore_index
+
+
+def _float_holds(dtype: torch.dtype, value: int) -> bool:
+    """Whether the float ``dtype`` holds the integer ``value`` exactly. Else the target cannot contain it, and a
+    comparison would round ``value`` onto a neighbour (bfloat16 reads ``257`` as ``256``) and ignore that instead."""
+    info = torch.finfo(dtype)
+    odd = abs(value)
+    if odd:
+        odd >>= (odd & -odd).bit_length() - 1  # without its trailing zero bits
+    return abs(value) <= info.max and odd.bit_length() <= round(-math.log2(info.eps)) + 1
 
 
 def _target_is_bad(
@@ -311,7 +328,7 @@ def check_inputs(
     _check_tensor_args(preds, target, num_labels)
     if sample_weight is not None:
         _check_sample_weight_args(sample_weight, preds)
-    if validate_args:
+    if check_flag("validate_args", validate_args):
         _check_values(preds, target, ignore_index, sample_weight, check_scores, compiled)
 
 
@@ -336,16 +353,21 @@ def check_batch(
     values itself (:func:`torch_lwlrap._ranking.one_pass_chunks`) calls the first, and the second only when that
     pass hands the batch back.
     """
-    gated = check_batch_structure(preds, target, num_labels, sample_weight)
+    gated = check_batch_structure(preds, target, num_labels, sample_weight, validate_args)
     check_batch_values(*gated, ignore_index, validate_args, nan_later=nan_later)
     return gated
 
 
 def check_batch_structure(
-    preds: Tensor, target: Tensor, num_labels: Optional[int], sample_weight: Optional[Tensor] = None
+    preds: Tensor,
+    target: Tensor,
+    num_labels: Optional[int],
+    sample_weight: Optional[Tensor] = None,
+    validate_args: bool = True,
 ) -> Tuple[bool, Tensor, Tensor, Optional[Tensor]]:
-    """The gate's checks that need no look at the values (types, shapes, devices): ``(numba path, preds, target,
-    sample_weight)`` as :func:`check_batch` returns them."""
+    """The gate's checks that need no look at the values (types, shapes, devices, the ``validate_args`` flag):
+    ``(numba path, preds, target, sample_weight)`` as :func:`check_batch` returns them."""
+    check_flag("validate_args", validate_args)
     preds, target, sample_weight = values_only(preds), values_only(target), values_only(sample_weight)
     _check_tensor_args(preds, target, num_labels)
     if sample_weight is not None:
@@ -366,7 +388,7 @@ def check_batch_values(
 ) -> None:
     """The gate's value checks of a batch that passed :func:`check_batch_structure` (with ``validate_args``: one
     host-device sync)."""
-    if validate_args:
+    if check_flag("validate_args", validate_args):
         _check_values(preds, target, ignore_index, sample_weight, not (nan_later and numba_path), numba_path)
 
 
@@ -536,6 +558,7 @@ def check_pair(
     """Two score tensors of one shape, checked; returned as values only. With ``nan_later`` the NaN check is left to
     the caller's compiled pass, which reads every score anyway and raises :func:`pair_nan_error` on a NaN."""
     first, second = values_only(first), values_only(second)
+    validate_args = check_flag("validate_args", validate_args)
     for name, value in zip(names, (first, second)):
         _check_scores(name, value, "scores")
     _check_same(names, first, second, num_labels)
@@ -566,6 +589,7 @@ def check_graded(
 ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """Scores and graded relevance of one shape (and sample weights), checked; returned as values only."""
     preds, relevance, sample_weight = values_only(preds), values_only(relevance), values_only(sample_weight)
+    validate_args = check_flag("validate_args", validate_args)
     _check_scores("preds", preds, "scores")
     if not isinstance(relevance, Tensor):
         raise TypeError(f"Argument `relevance` must be a torch.Tensor, but got {type(relevance).__name__}.")

@@ -4,6 +4,8 @@ command line can parse arguments without it."""
 import numbers
 from typing import Optional, Tuple
 
+import numpy as np
+
 #: The tie rules of every ranking function and metric; :mod:`torch_lwlrap._tie_rules` defines them.
 TIES = ("max", "index", "expected")
 
@@ -30,6 +32,29 @@ def whole_number(value) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         return None
     return int(value)
+
+
+def check_flag(name: str, value) -> bool:
+    """``value`` as a bool where it is a flag argument: ``True``, ``False`` or a numpy bool; else the error naming
+    argument ``name`` (``None`` or ``0`` from a config must not switch a check off unseen)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"Argument `{name}` must be True or False, but got {value!r}.")
+
+
+def check_names(name: str, value, choices: Tuple[str, ...]) -> Tuple[str, ...]:
+    """A non-empty subset of ``choices`` without repeats (one name or a sequence of names), in the order of
+    ``choices``; else the error naming argument ``name``."""
+    try:
+        names = (value,) if isinstance(value, str) else tuple(value)
+    except TypeError:  # None, a number
+        names = ()
+    if not names or any(item not in choices for item in names) or len(set(names)) != len(names):
+        raise ValueError(
+            f"Argument `{name}` must be a non-empty subset of {choices} without repeats (a name or a list of "
+            f"names), but got {value!r}."
+        )
+    return tuple(item for item in choices if item in names)
 
 
 def check_choice(name: str, value: str, choices: Tuple[str, ...]) -> str:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from torch_lwlrap import _dispatch, _numba_counts
 from torch_lwlrap._checks import formatted_chunks
-from torch_lwlrap._options import EMPTY_TARGET, TIES, whole_number  # noqa: F401 - EMPTY_TARGET re-exported
+from torch_lwlrap._options import EMPTY_TARGET, TIES, check_names, whole_number  # noqa: F401 - EMPTY_TARGET re-exported
 from torch_lwlrap._ranking import (
     LabelCounts,
     _true_indices,
@@ -426,15 +426,8 @@ def check_ks(k) -> Tuple[int, ...]:
     return ks
 
 
-def check_retrieval_metrics(metrics: Sequence[str]) -> Tuple[str, ...]:
-    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-    bad = [name for name in names if name not in RETRIEVAL_METRICS]
-    if not names or bad or len(set(names)) != len(names):
-        raise ValueError(
-            f"Argument `metrics` must be a non-empty subset of {RETRIEVAL_METRICS} without repeats, but got "
-            f"{metrics!r}."
-        )
-    return tuple(name for name in RETRIEVAL_METRICS if name in names)
+def check_retrieval_metrics(metrics: Sequence[str], name: str = "metrics") -> Tuple[str, ...]:
+    return check_names(name, metrics, RETRIEVAL_METRICS)
 
 
 def check_rank_ties(ties: str) -> str:

@@ -83,7 +83,7 @@ def _batch_totals(
     new values and change nothing (a caller that adds into states in place checks the batch first and passes
     ``validate_args=False``); a batch that pass hands back goes through the value checks, which raise the error.
     """
-    gated = check_batch_structure(preds, target, num_labels, sample_weight)
+    gated = check_batch_structure(preds, target, num_labels, sample_weight, validate_args)
     numba_path, preds, target, sample_weight = gated
     if sample_weight is None:
         # On the numba path: value checks, positives and ranks in one compiled pass over each row; a chunk it hands

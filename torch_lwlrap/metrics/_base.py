@@ -32,7 +32,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.distributed import gather_all_tensors
 
-from torch_lwlrap._checks import check_batch
+from torch_lwlrap._checks import check_batch, check_flag
 
 #: First entry of a tag in this layout, ``[TAG_LAYOUT, class (4 pieces), number of options, options...]``. The
 #: tags of the previous version (``PREVIOUS_LAYOUT``) had no class; those of earlier versions start with a tie-rule
@@ -210,7 +210,7 @@ class TaggedMetric(Metric):
 
     @validate_args.setter
     def validate_args(self, value: bool) -> None:
-        self._validate_args = bool(value)
+        self._validate_args = check_flag("validate_args", value)
         if "options_tag" in getattr(self, "_defaults", {}):
             self._retag()
 

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap._checks import check_empty_target, check_ignore_index, check_num_labels
+from torch_lwlrap._options import check_names
 from torch_lwlrap._rank_reductions import (
     RANK_TIES,
     RANKING_METRICS,
@@ -325,19 +326,13 @@ class MultilabelRankingMetrics(_RankingMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-        if not names or any(name not in RANKING_METRICS for name in names) or len(set(names)) != len(names):
-            raise ValueError(
-                f"Argument `metrics` must be a non-empty subset of {RANKING_METRICS} without repeats, but got "
-                f"{metrics!r}."
-            )
-        names = tuple(name for name in RANKING_METRICS if name in names)
+        names = check_names("metrics", metrics, RANKING_METRICS)
         retrieval = "retrieval" in names
         spec = RankingSpec(
             names,
             check_rank_ties(ties),
             check_ks(k) if retrieval else (),
-            check_retrieval_metrics(retrieval_metrics) if retrieval else (),
+            check_retrieval_metrics(retrieval_metrics, "retrieval_metrics") if retrieval else (),
         )
         self._setup(num_labels, spec, ignore_index, validate_args, empty_target)
 
