@@ -379,3 +379,64 @@ def test_name_list_options_name_their_argument():
     metric = torch_lwlrap.MultilabelRankingMetrics(3, metrics={"lrap", "coverage_error"})
     metric.update(torch.tensor([[0.9, 0.1, 0.5]]), torch.tensor([[1, 0, 0]]))
     assert list(metric.compute()) == ["coverage_error", "lrap"]
+
+
+# Dynamo's own warning whenever a graph break leaves a non-leaf tensor in the frame it resumes (any
+# torch.compiler.disable'd function called on logits gives it).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning")
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_every_public_entry_inside_a_torch_compiled_training_step(backend):
+    # Dynamo traced into numba's dispatcher and raised ("exception table entry start instruction has no offset"):
+    # every public function and metric method now runs eagerly there, a graph break, and the rest is compiled.
+    g = torch.Generator().manual_seed(11)
+    net = nn.Linear(5, NUM_CLASSES)
+    teacher_net = nn.Linear(5, NUM_CLASSES)
+    lwlrap = torch_lwlrap.MultilabelLWLRAP(NUM_CLASSES)
+    distance = torch_lwlrap.MultilabelKendallDistanceAtK(NUM_CLASSES, 3)
+    correlation = torch_lwlrap.MultilabelRankCorrelation(NUM_CLASSES, method="kendall")
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def step(x, y):
+        logits = net(x)
+        with torch.no_grad():
+            teacher = teacher_net(x)
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, y.float())
+        batch = (lwlrap(logits, y), distance(logits, teacher), correlation(logits, teacher))
+        correlation.update(logits, teacher)  # update as well as forward: the batch counts twice
+        return loss, logits, teacher, batch, {**_calls(logits, y), **_ltr_calls(logits, y)}
+
+    compiled = torch.compile(step, backend=backend)
+    seen = []
+    for _ in range(3):
+        x = torch.randn(16, 5, generator=g)
+        y = (torch.rand(16, NUM_CLASSES, generator=g) < 0.3).long()
+        loss, logits, teacher, batch, got = compiled(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        assert net.weight.grad is not None and net.weight.grad.abs().sum() > 0
+        optimizer.step()
+        logits, teacher = logits.detach(), teacher.detach()
+        want = {**_calls(logits, y), **_ltr_calls(logits, y)}
+        for name, value in got.items():
+            torch.testing.assert_close(value, want[name], rtol=0, atol=0, equal_nan=True, msg=name)
+        assert batch[0].item() == pytest.approx(naive_lwlrap(logits.double(), y), rel=REL)
+        assert batch[1].item() == torch_lwlrap.multilabel_kendall_distance_at_k(logits, teacher, 3).item()
+        seen.append((logits, teacher, y))
+    logits, teacher, y = (torch.cat(parts) for parts in zip(*seen))
+    assert lwlrap.compute().item() == pytest.approx(naive_lwlrap(logits.double(), y), rel=REL)
+    assert distance.compute().item() == pytest.approx(
+        torch_lwlrap.multilabel_kendall_distance_at_k(logits, teacher, 3).item(), rel=REL
+    )
+    both = torch_lwlrap.multilabel_rank_correlation(torch.cat([logits, logits]), torch.cat([teacher, teacher]),
+                                                    method="kendall")
+    assert correlation.compute().item() == pytest.approx(both.item(), rel=REL)
+
+
+@pytest.mark.parametrize("bad", ["10", 1.5, True, 0, -3])
+def test_use_engine_takes_a_positive_integer_chunk_size(bad):
+    # '10' was taken and failed at the first call inside the block; 1.5 and True were taken as sizes.
+    with pytest.raises(ValueError, match=r"Argument `chunk_elements` must be a positive integer or None, but got "):
+        with use_engine("sort", chunk_elements=bad):
+            pass
+    with use_engine("sort", chunk_elements=np.int64(50)):
+        assert torch_lwlrap.multilabel_lwlrap(torch.tensor([[0.9, 0.1]]), torch.tensor([[1, 0]])).item() == 1.0

@@ -66,7 +66,8 @@ def user_call() -> str:
     """
     frame, outermost = sys._getframe(1), None
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_MODULES:
-        if frame.f_globals.get("__name__", "").startswith("torch_lwlrap"):
+        in_package = frame.f_globals.get("__name__", "").startswith("torch_lwlrap")
+        if in_package and frame.f_code is not _engine_config.EAGER_WRAPPER_CODE:
             outermost = frame
         frame = frame.f_back
     if outermost is None:

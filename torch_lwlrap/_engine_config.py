@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
-from typing import Iterator, Optional, Tuple
+import sys
+from typing import Callable, Iterator, Optional, Tuple, TypeVar
 
-from torch_lwlrap._options import ENGINES
+from torch_lwlrap._options import ENGINES, whole_number
 
 __all__ = [
-    "BUDGETS", "ENGINES", "ENGINE_VARIABLE", "chunk_elements", "compiled_cpu_allowed", "forced_chunk_elements",
-    "get_engine", "use_engine",
+    "BUDGETS", "ENGINES", "ENGINE_VARIABLE", "chunk_elements", "compiled_cpu_allowed", "eager_only",
+    "forced_chunk_elements", "get_engine", "use_engine",
 ]
 
 #: Environment variable that selects the engine path without code changes (read when ranking).
@@ -66,13 +68,39 @@ def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[No
     engine = engine.strip().lower() if isinstance(engine, str) else engine  # as TORCH_LWLRAP_ENGINE is read
     if engine not in ENGINES:
         raise ValueError(f"Argument `engine` must be one of {ENGINES}, but got {given!r}.")
-    if chunk_elements is not None and chunk_elements < 1:
-        raise ValueError(f"Argument `chunk_elements` must be positive, but got {chunk_elements!r}.")
+    if chunk_elements is not None and (whole_number(chunk_elements) is None or chunk_elements < 1):
+        raise ValueError(f"Argument `chunk_elements` must be a positive integer or None, but got {chunk_elements!r}.")
     token = _forced.set((engine, chunk_elements))
     try:
         yield
     finally:
         _forced.reset(token)
+
+
+_Func = TypeVar("_Func", bound=Callable)
+
+
+def eager_only(func: _Func) -> _Func:
+    """``func`` run eagerly inside ``torch.compile``: a public function or metric method of the package, which
+    dynamo must not trace into (numba's dispatchers and the host reads of the engines break its tracing). Under
+    ``torch.compile`` the call is a graph break and runs as it would outside; the rest of the compiled function is
+    compiled as usual. Outside, it costs one dictionary lookup: ``torch._dynamo`` is not even imported until a
+    compile has loaded it (``torch.compiler.disable`` would import it, 0.9 s)."""
+    disabled = []
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        if "torch._dynamo" not in sys.modules:  # nothing has compiled in this process
+            return func(*args, **kwargs)
+        if not disabled:
+            disabled.append(sys.modules["torch"].compiler.disable(func, recursive=True))
+        return disabled[0](*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+#: The code of :func:`eager_only`'s wrapper: error messages that name the user's call look past its frames.
+EAGER_WRAPPER_CODE = eager_only(len).__code__
 
 
 def engine_forced_by_block() -> bool:

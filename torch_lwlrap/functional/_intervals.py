@@ -17,6 +17,7 @@ from typing import Iterator, NamedTuple, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from torch_lwlrap._engine_config import eager_only
 from torch_lwlrap.stats import _bootstrap
 from torch_lwlrap.stats._bootstrap import check_level, check_num_bootstrap, check_seed
 from torch_lwlrap._checks import check_average, check_batch, check_batches, check_ignore_index, check_ties
@@ -223,6 +224,7 @@ def _check_bootstrap_args(num_bootstrap: int, level: float, seed: Optional[int])
 # Public functions
 
 
+@eager_only
 def multilabel_lwlrap_ci(
     preds: Tensor,
     target: Tensor,
@@ -279,6 +281,7 @@ def multilabel_lwlrap_ci(
     return Interval(value, *_bootstrap.percentile_interval(replicates, level))
 
 
+@eager_only
 def multilabel_lrap_ci(
     preds: Tensor,
     target: Tensor,
@@ -321,6 +324,7 @@ def multilabel_lrap_ci(
     return Interval(value, low, high)
 
 
+@eager_only
 def compare_lwlrap(
     preds_a: Tensor,
     preds_b: Tensor,

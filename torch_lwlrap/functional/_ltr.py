@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap import _dispatch, _ltr_numba, _ltr_torch
-from torch_lwlrap._engine_config import forced_chunk_elements, get_engine
+from torch_lwlrap._engine_config import eager_only, forced_chunk_elements, get_engine
 from torch_lwlrap._checks import (
     check_empty_target,
     check_gain,
@@ -135,6 +135,7 @@ def _ndcg_compute(state: Dict[str, Tensor], empty_target: str) -> Tensor:
     return _ratio(state["ndcg_sum"], weight)
 
 
+@eager_only
 def multilabel_ndcg(
     preds: Tensor,
     relevance: Tensor,
@@ -234,6 +235,7 @@ def _widened(rows: Tensor) -> Tensor:
     return rows.float() if rows.dtype in (torch.float16, torch.bfloat16) else rows
 
 
+@eager_only
 def multilabel_rank_correlation(
     preds: Tensor, reference: Tensor, *, method: str = "spearman", validate_args: bool = True
 ) -> Tensor:
@@ -299,6 +301,7 @@ def _distance_update(
     }
 
 
+@eager_only
 def multilabel_kendall_distance_at_k(
     preds_a: Tensor, preds_b: Tensor, k: int, *, validate_args: bool = True
 ) -> Tensor:

@@ -13,6 +13,7 @@ from typing import Callable, Optional, Tuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap._engine_config import eager_only
 from torch_lwlrap._checks import (
     check_average,
     check_batch_structure,
@@ -146,6 +147,7 @@ def _lwlrap_compute(precision_sum: Tensor, label_count: Tensor, average: str) ->
     return per_class[label_count > 0].mean()
 
 
+@eager_only
 def multilabel_lwlrap(
     preds: Tensor,
     target: Tensor,
@@ -197,6 +199,7 @@ def multilabel_lwlrap(
     return _lwlrap_compute(precision_sum, label_count, average)
 
 
+@eager_only
 def multilabel_lwlrap_per_class(
     preds: Tensor,
     target: Tensor,
@@ -280,6 +283,7 @@ def _lrap_compute(lrap_sum: Tensor, weight_sum: Tensor) -> Tensor:
     return lrap_sum / weight_sum
 
 
+@eager_only
 def multilabel_lrap(
     preds: Tensor,
     target: Tensor,

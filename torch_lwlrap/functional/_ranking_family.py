@@ -12,6 +12,7 @@ from typing import Dict, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from torch_lwlrap._engine_config import eager_only
 from torch_lwlrap._checks import check_empty_target, _ignore_value, check_ignore_index, chunk_samples
 from torch_lwlrap._rank_reductions import (
     RETRIEVAL_METRICS,
@@ -102,6 +103,7 @@ def _scalar_metric(
     return finish(spec, state)[name]
 
 
+@eager_only
 def multilabel_coverage_error(
     preds: Tensor,
     target: Tensor,
@@ -145,6 +147,7 @@ def multilabel_coverage_error(
     )
 
 
+@eager_only
 def multilabel_ranking_loss(
     preds: Tensor,
     target: Tensor,
@@ -177,6 +180,7 @@ def multilabel_ranking_loss(
     return _scalar_metric("ranking_loss", preds, target, num_labels, sample_weight, ties, ignore_index, validate_args)
 
 
+@eager_only
 def multilabel_one_error(
     preds: Tensor,
     target: Tensor,
@@ -211,6 +215,7 @@ def multilabel_one_error(
     return _scalar_metric("one_error", preds, target, num_labels, sample_weight, ties, ignore_index, validate_args)
 
 
+@eager_only
 def multilabel_retrieval_at_k(
     preds: Tensor,
     target: Tensor,

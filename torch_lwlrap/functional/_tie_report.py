@@ -13,6 +13,7 @@ from typing import Optional
 
 from torch import Tensor
 
+from torch_lwlrap._engine_config import eager_only
 from torch_lwlrap._checks import check_ignore_index, formatted_chunks, nan_scores_error
 from torch_lwlrap._checks import check_batch
 from torch_lwlrap._ranking import TIE_SUM_RULES, ScoresContainNaN, TieSums, forced_chunk_elements, tie_sums
@@ -77,6 +78,7 @@ def tie_sums_update(
     return total
 
 
+@eager_only
 def tie_report(
     preds: Tensor,
     target: Tensor,

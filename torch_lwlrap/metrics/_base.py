@@ -33,6 +33,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities.distributed import gather_all_tensors
 
 from torch_lwlrap._checks import check_batch, check_flag
+from torch_lwlrap._engine_config import eager_only
 
 #: First entry of a tag in this layout, ``[TAG_LAYOUT, class (4 pieces), number of options, options...]``. The
 #: tags of the previous version (``PREVIOUS_LAYOUT``) had no class; those of earlier versions start with a tie-rule
@@ -286,6 +287,15 @@ class TaggedMetric(Metric):
         """Entered around torchmetrics' forward (the bootstrap metrics keep their positions in the stream there)."""
         return contextlib.nullcontext()
 
+    def _wrap_update(self, update: Callable) -> Callable:
+        # torchmetrics wraps update and compute per instance (again after unpickling): they, and forward below, run
+        # eagerly inside torch.compile (a graph break; dynamo cannot trace the engines' compiled kernels).
+        return eager_only(super()._wrap_update(update))
+
+    def _wrap_compute(self, compute: Callable) -> Callable:
+        return eager_only(super()._wrap_compute(compute))
+
+    @eager_only
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Add a batch and return the value of this batch alone (``metric(preds, target)``, with the arguments of
         ``update``).
