@@ -376,6 +376,59 @@ def test_updates_after_loading_write_into_neither_the_checkpoint_nor_another_met
             assert torch.equal(getattr(metric, name), value), name
 
 
+def _same(got, want) -> bool:
+    if isinstance(want, dict):
+        return want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    return torch.equal(got, want)
+
+
+@pytest.mark.parametrize("cls, options, data", HOLDERS, ids=[f"{c.__name__}-{len(o)}" for c, o, _ in HOLDERS])
+def test_compute_after_a_load_or_a_merge_gives_the_new_states_value_without_a_warning(cls, options, data):
+    # torchmetrics keeps compute()'s last result until the next update: a metric computed, then loaded (or merged
+    # into) returned its old value; and a freshly loaded metric warned that compute was called before update
+    # (warnings are errors here).
+    batches = data(C, 4, 3)
+    torch.manual_seed(5)
+    saved = _fed(_persistent(cls(**options)), batches[:2])
+    torch.manual_seed(5)
+    want_saved = saved.compute()
+    torch.manual_seed(5)
+    want_all = _fed(cls(**options), batches).compute()
+
+    torch.manual_seed(5)
+    fresh = _persistent(cls(**options))
+    fresh.load_state_dict(saved.state_dict())
+    assert _same(fresh.compute(), want_saved)
+
+    torch.manual_seed(5)
+    other = _persistent(_fed(cls(**options), batches[2:]))
+    other.compute()  # cached
+    other.load_state_dict(saved.state_dict())
+    assert _same(other.compute(), want_saved)
+
+    if getattr(saved, "num_bootstrap", 0):
+        return  # a bootstrap metric refuses merges (tested in test_reliability)
+    torch.manual_seed(5)
+    merged = _fed(cls(**options), batches[2:])
+    merged.compute()  # cached
+    merged.merge_state(saved)
+    assert _close(merged.compute(), want_all)
+    empty = cls(**options)
+    empty.merge_state(saved)
+    assert _close(empty.compute(), want_saved)
+
+
+def _close(got, want) -> bool:
+    # Merged sums are added in another order than one stream's: equal up to float64 rounding.
+    if isinstance(want, dict):
+        return want.keys() == got.keys() and all(_close(got[k], want[k]) for k in want)
+    if isinstance(want, tuple):
+        return type(got) is type(want) and all(_close(a, b) for a, b in zip(got, want))
+    if not isinstance(want, torch.Tensor):
+        return got == pytest.approx(want, rel=1e-12, abs=1e-15, nan_ok=True)
+    return torch.allclose(got.double(), want.double(), rtol=1e-12, atol=1e-15, equal_nan=True)
+
+
 @pytest.mark.parametrize("cls, options, data", HOLDERS[:3] + HOLDERS[-1:], ids=["lwlrap", "bootstrap", "drawn", "distance"])
 def test_loaded_states_are_on_the_metric_s_device(cls, options, data):
     # A checkpoint saved on the CPU, loaded into a metric already moved (here to the meta device, which needs no

@@ -332,6 +332,25 @@ def test_bad_options_name_the_argument():
         MultilabelOneError(3, ignore_index=1)
 
 
+def test_retrieval_options_are_checked_and_flagged_when_retrieval_is_not_chosen():
+    # A bad k or retrieval_metrics was accepted silently when `metrics` left out "retrieval"; a good one was ignored
+    # without a word, so a user who forgot "retrieval" got no retrieval metrics and no hint why.
+    with pytest.raises(ValueError, match="`k`"):
+        MultilabelRankingMetrics(5, metrics=("lwlrap",), k=-3)
+    with pytest.raises(ValueError, match="`retrieval_metrics`"):
+        MultilabelRankingMetrics(5, metrics=("lwlrap",), retrieval_metrics=("bogus",))
+    with pytest.warns(UserWarning, match=r"k=5 apply to the 'retrieval' metrics, .* add 'retrieval' to `metrics`"):
+        metric = MultilabelRankingMetrics(5, metrics=("lwlrap", "lrap"), k=5)
+    metric.update(torch.tensor([[0.9, 0.1, 0.5, 0.3, 0.2]]), torch.tensor([[0, 0, 1, 0, 0]]))
+    assert list(metric.compute()) == ["lwlrap", "lrap"]
+    with pytest.warns(UserWarning, match=r"retrieval_metrics='ap' apply"):
+        MultilabelRankingMetrics(5, metrics="lwlrap", retrieval_metrics="ap")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MultilabelRankingMetrics(5, metrics=("lwlrap",))  # the defaults say nothing
+        MultilabelRankingMetrics(5, k=5, retrieval_metrics="ap")
+
+
 def test_states_are_sums_with_distinct_names_and_survive_checkpoints_and_half():
     preds, target, weight = tie_heavy(12, ignore_index=-1)
     names = set()

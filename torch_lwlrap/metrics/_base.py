@@ -477,6 +477,7 @@ class TaggedMetric(Metric):
                 )
             super().merge_state(incoming_state)
             self._own_states()  # each state in its own dtype (a float64 sum added into a float32 one gives float64)
+            self._states_changed(incoming_state._update_count if isinstance(incoming_state, Metric) else 1)
             if own is not None:  # this metric's settings (the tags' maximum may mix the two metrics' settings)
                 self.options_tag = torch.tensor(own, dtype=torch.int64, device=self.options_tag.device)
 
@@ -499,6 +500,7 @@ class TaggedMetric(Metric):
             if refusal is None:
                 if adopted:
                     self._adopt(adopted)
+                self._states_changed(1)
                 # This metric's tag stays: an earlier version's layout is never taken in.
                 for name in ("options_tag", *self._legacy_state_names):
                     state_dict.pop(prefix + name, None)
@@ -517,6 +519,13 @@ class TaggedMetric(Metric):
         # Never into the checkpoint's own tensors (a state dict the caller still holds, or another metric loaded
         # from it), and on this metric's device (a checkpoint saved on the CPU, loaded into a metric on a GPU).
         self._own_states()
+
+    def _states_changed(self, updates: int) -> None:
+        """After states came from elsewhere (a checkpoint, a merge): ``compute()`` computes again (torchmetrics keeps
+        its last result until the next ``update``), and counts them as ``updates`` more updates, so that it does not
+        warn that it was called before any."""
+        self._computed = None
+        self._update_count += updates
 
     def _own_states(self) -> None:
         """Replace every tensor state by a copy of its own on this metric's device and in its dtype: updates add into

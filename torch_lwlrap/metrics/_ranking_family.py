@@ -7,6 +7,7 @@ with ``dist_reduce_fx="sum"``, named after its metric so that a ``MetricCollecti
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -271,6 +272,10 @@ class MultilabelRetrievalAtK(_RankingMetric):
         return self._scores()
 
 
+#: The cut-offs ``MultilabelRankingMetrics`` computes the retrieval metrics at by default.
+_DEFAULT_KS = (1, 5, 10)
+
+
 class MultilabelRankingMetrics(_RankingMetric):
     r"""Any of lwlrap, LRAP, coverage error, ranking loss, one-error and the retrieval metrics at k, from one
     ranking pass per batch.
@@ -317,7 +322,7 @@ class MultilabelRankingMetrics(_RankingMetric):
         num_labels: int,
         *,
         metrics: Sequence[str] = RANKING_METRICS,
-        k: Union[int, Sequence[int]] = (1, 5, 10),
+        k: Union[int, Sequence[int]] = _DEFAULT_KS,
         retrieval_metrics: Sequence[str] = RETRIEVAL_METRICS,
         empty_target: str = "zero",
         ties: str = "max",
@@ -328,12 +333,17 @@ class MultilabelRankingMetrics(_RankingMetric):
         super().__init__(**kwargs)
         names = check_names("metrics", metrics, RANKING_METRICS)
         retrieval = "retrieval" in names
-        spec = RankingSpec(
-            names,
-            check_rank_ties(ties),
-            check_ks(k) if retrieval else (),
-            check_retrieval_metrics(retrieval_metrics, "retrieval_metrics") if retrieval else (),
-        )
+        ks, chosen = check_ks(k), check_retrieval_metrics(retrieval_metrics, "retrieval_metrics")
+        ignored = [f"k={k!r}"] if ks != _DEFAULT_KS else []
+        ignored += [f"retrieval_metrics={retrieval_metrics!r}"] if chosen != RETRIEVAL_METRICS else []
+        if ignored and not retrieval:
+            warnings.warn(
+                f"MultilabelRankingMetrics: {' and '.join(ignored)} apply to the 'retrieval' metrics, which `metrics` "
+                f"does not include ({', '.join(names)}): ignored; add 'retrieval' to `metrics` to compute them.",
+                UserWarning,
+                stacklevel=2,
+            )
+        spec = RankingSpec(names, check_rank_ties(ties), ks if retrieval else (), chosen if retrieval else ())
         self._setup(num_labels, spec, ignore_index, validate_args, empty_target)
 
     def _spec_options(self, spec: RankingSpec):
