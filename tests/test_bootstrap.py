@@ -324,6 +324,35 @@ def test_a_class_with_one_positive_label_has_no_interval_or_p_value():
     assert not torch.isnan(result.low) and not torch.isnan(multilabel_lwlrap_ci(preds, target, seed=0).low)
 
 
+@pytest.mark.parametrize("rows", [1, 2])
+def test_an_overall_interval_needs_two_samples_with_a_positive_label(rows):
+    # One clip with labels (a public-leaderboard subset of one row, say): every replicate that draws it is its value,
+    # an interval of width 0 and p = 0.003 for any difference. Rows without a positive label do not count.
+    g = torch.Generator().manual_seed(3)
+    preds = torch.rand(6, 4, generator=g)
+    target = torch.zeros(6, 4, dtype=torch.long)
+    target[0, [0, 2]] = 1  # two positive labels, one row
+    if rows == 2:
+        target[3, 1] = 1
+    other = preds.flip(1)
+    interval = multilabel_lwlrap_ci(preds, target, num_bootstrap=200, seed=0)
+    comparison = compare_lwlrap(preds, other, target, num_bootstrap=200, seed=0)
+    lrap = multilabel_lrap_ci(preds[:rows], target[:rows], num_bootstrap=200, seed=0)
+    assert interval.value.item() == pytest.approx(naive_lwlrap(preds.double(), target), rel=1e-12)
+    assert comparison.difference.item() != 0
+    fields = (interval.low, interval.high, comparison.low, comparison.high, comparison.p_value, lrap.low, lrap.high)
+    if rows == 1:
+        assert all(torch.isnan(field) for field in fields)
+    else:
+        assert not any(torch.isnan(field) for field in fields)
+        assert interval.low < interval.high and comparison.low < comparison.high
+    # the same rule for frames of (N, C, T) outputs: samples are frames
+    frames = multilabel_lwlrap_ci(preds.T.reshape(1, 4, 6), target.T.reshape(1, 4, 6), num_bootstrap=200, seed=0)
+    assert torch.isnan(frames.low) == (rows == 1)
+    weighted = multilabel_lrap_ci(preds, target, sample_weight=torch.eye(6)[0], num_bootstrap=200, seed=0)
+    assert torch.isnan(weighted.low)  # one sample of non-zero weight
+
+
 def test_a_drawn_seed_leaves_torch_random_numbers_alone_and_repeats_after_seeding():
     preds, target = _data(n=100)
     torch.manual_seed(0)

@@ -194,6 +194,57 @@ def test_intervals_depend_on_no_file_layout_and_swapping_mirrors_them(two_system
     assert forward["interval"] == pytest.approx([float(expected.low), float(expected.high)], abs=1e-12)
 
 
+def test_a_reset_index_column_is_refused_and_a_whole_number_column_flagged(tmp_path):
+    """pandas' reset_index() keeps the old index as a column named 'index': after filtering or shuffling it holds
+    row numbers that do not count 0, 1, 2, ..., and it was scored as a class without a positive label (lwlrap
+    0.55 instead of 0.91, exit 0). A 'fold' column of whole numbers is scored (it may be a class) with a warning."""
+    fnames, scores, target = arrays(4, num_rows=30)
+    usage = ["Public" if i % 3 else "Private" for i in range(30)]
+    challenge_truth(fnames, target, usage=usage).to_csv(tmp_path / "truth.csv", index=False)
+    frame = submission(fnames, scores)
+    frame[[u == "Public" for u in usage]].reset_index().to_csv(tmp_path / "public.csv", index=False)
+    frame.sample(frac=1.0, random_state=0).reset_index().to_csv(tmp_path / "shuffled.csv", index=False)
+    for name, extra in (("public.csv", ["--where", "usage=Public"]), ("shuffled.csv", [])):
+        err = cli_error("score", tmp_path / "truth.csv", tmp_path / name, *extra)
+        assert "column 1 ('index') holds distinct whole numbers" in err and "reset_index(drop=True)" in err, err
+    frame.assign(fold=np.arange(30) % 5).to_csv(tmp_path / "fold.csv", index=False)
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "fold.csv", "--json")
+    assert code == 0 and err.count("\n") == 1, err
+    assert "warning: prediction file" in err and "the column 'fold' holds whole numbers" in err, err
+    with_fold = np.hstack([scores, (np.arange(30) % 5)[:, None]])
+    assert json.loads(out)["lwlrap"] == pytest.approx(
+        sklearn_lwlrap(with_fold, np.hstack([target, np.zeros((30, 1), dtype=np.int64)])), abs=1e-12
+    )
+    # hard 0/1 predictions of a class without a positive label are no cause for a warning
+    frame.assign(Extra=np.arange(30) % 2).to_csv(tmp_path / "binary.csv", index=False)
+    code, _, err = cli("score", tmp_path / "truth.csv", tmp_path / "binary.csv")
+    assert (code, err) == (0, "")
+
+
+def test_a_public_subset_of_one_labelled_row_gets_no_interval_or_p_value(tmp_path):
+    """--where picks one clip with labels: every replicate is that clip, so the command says there is no interval
+    (text) and writes null (JSON) instead of a zero-width interval and p = 0.003."""
+    fnames, scores_a, target = arrays(8, num_rows=12)
+    usage = ["Public"] + ["Private"] * 11
+    challenge_truth(fnames, target, usage=usage).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores_a).to_csv(tmp_path / "a.csv", index=False)
+    submission(fnames, scores_a[:, ::-1]).to_csv(tmp_path / "b.csv", index=False)
+    files = (tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "b.csv")
+    result = cli_json("compare", *files, "--where", "usage=Public")
+    assert result["difference"] != 0 and result["interval"] is None and result["p_value"] is None
+    code, out, err = cli("compare", *files, "--where", "usage=Public")
+    assert (code, err) == (0, "")
+    assert "no interval or p-value: one evaluation row with a positive label" in out
+    scored = cli_json("score", files[0], files[1], "--where", "usage=Public", "--ci", "100")
+    assert scored["ci"]["lwlrap"] is None
+    assert scored["lwlrap"] == pytest.approx(sklearn_lwlrap(scores_a[:1], target[:1]), abs=1e-12)
+    code, out, err = cli("score", files[0], files[1], "--where", "usage=Public", "--ci", "100")
+    assert (code, err) == (0, "") and "no interval: one row with a positive label" in out
+    # two rows: an interval again
+    two = cli_json("compare", *files, "--where", "usage=Private")
+    assert two["interval"][0] <= two["difference"] <= two["interval"][1] and two["p_value"] is not None
+
+
 def test_compare_of_a_class_with_one_positive_and_few_replicates(tmp_path, monkeypatch, capsys):
     """A class with a single positive label is reported without an interval or p-value ('-', null), and a chart
     from a handful of replicates (intervals that need not hold their value) is drawn without an error; many

@@ -591,11 +591,29 @@ def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
     return Predictions(fnames, classes, scores, path)
 
 
+#: The names pandas gives the old index when ``reset_index()`` makes it a column.
+_RESET_INDEX_NAMES = ("index", "level_0")
+
+
 def _check_no_index_column(scores: np.ndarray, classes: Sequence[str], header: Sequence[str], path: str) -> None:
-    """A class column holding 0, 1, 2, ..., N-1 is a leftover index (``df.reset_index()``), not scores."""
+    """A class column holding 0, 1, 2, ..., N-1 is a leftover index (``df.reset_index()``), not scores; so is one
+    named as ``reset_index()`` names it that holds distinct whole numbers (row numbers of a filtered or shuffled
+    frame)."""
     if scores.shape[0] < 3:
         return  # two rows scored 0 and 1 are plausible scores
     maybe = np.flatnonzero((scores[0] == 0) & (scores[-1] == scores.shape[0] - 1))
     for column in maybe.tolist():
         if counts_up(scores[:, column]):
             raise _index_column_error("prediction", path, header.index(classes[column]), classes[column], [])
+    for column, name in enumerate(classes):
+        values = scores[:, column]
+        if (
+            name in _RESET_INDEX_NAMES
+            and bool(np.all((values >= 0) & (values == np.floor(values))))
+            and np.unique(values).size == values.size
+        ):
+            raise CsvFormatError(
+                f"prediction file {path!r}: column {header.index(name) + 1} ({name!r}) holds distinct whole numbers, "
+                f"row numbers: it is the index pandas' reset_index() keeps as a column, not scores; write the file "
+                f"after df.reset_index(drop=True), or drop the column."
+            )

@@ -8,6 +8,7 @@ so an option means the same and is checked the same way in both.
 from __future__ import annotations
 
 import argparse
+import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -165,10 +166,11 @@ def read_inputs(
         scores.append(_reorder(pred, rows, first, kept_rows))
     counts = (target == 1).sum(axis=0, dtype=np.int64)
     if counts.sum() == 0:
-        rows = "the truth rows selected by " + " ".join(f"--where {c}={v}" for c, v in where) if where else "it"
+        rows = " in the truth rows selected by " + " ".join(f"--where {c}={v}" for c, v in where) if where else ""
         raise CsvFormatError(
-            f"truth file {truth.path!r} has no positive label at all ({rows}): lwlrap is undefined without one."
+            f"truth file {truth.path!r} has no positive label at all{rows}: lwlrap is undefined without one."
         )
+    _warn_whole_number_columns(first, scores[0], counts)
     return Inputs(
         truth=truth,
         truth_rows=len(all_truth.fnames),
@@ -179,6 +181,26 @@ def read_inputs(
         counts=counts,
         num_unknown=int((target == UNKNOWN_TARGET).sum()),
     )
+
+
+def _warn_whole_number_columns(pred: Predictions, scores: np.ndarray, counts: np.ndarray) -> None:
+    """Warn of the class columns without a positive label that hold whole numbers other than 0 and 1 alone (a
+    ``fold`` or ``id`` column left in the submission): scored as classes, they lower lwlrap."""
+    suspects = [
+        name
+        for name, values, count in zip(pred.classes, scores.T, counts.tolist())
+        if count == 0 and np.all(values == np.floor(values)) and not np.all((values == 0) | (values == 1))
+    ]
+    if suspects:
+        shown = ", ".join(repr(name) for name in suspects[:5]) + (", ..." if len(suspects) > 5 else "")
+        what = f"the column {shown} holds" if len(suspects) == 1 else f"the columns {shown} hold"
+        warnings.warn(
+            f"prediction file {pred.path!r}: {what} whole numbers, and no truth row has it as a label: scored as a "
+            f"class, it lowers lwlrap. If it is not a class (a fold or id column), drop it, or pass --classes FILE "
+            f"to name the classes.",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def _reorder(pred: Predictions, rows: np.ndarray, first: Predictions, first_rows: np.ndarray) -> np.ndarray:

@@ -370,6 +370,8 @@ def _interval_note(score: Score) -> str:
     ci = score.extra.get("ci")
     if not ci:
         return ""
+    if ci["lwlrap"] is None:
+        return "  no interval: one row with a positive label (every bootstrap replicate is that row)"
     return f"  {_level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
 
 

@@ -121,8 +121,8 @@ def compare_files(
         "lwlrap_a": float(result.value_a),
         "lwlrap_b": float(result.value_b),
         "difference": float(result.difference),
-        "interval": [float(result.low), float(result.high)],
-        "p_value": float(result.p_value),
+        "interval": None if number(result.low) is None else [float(result.low), float(result.high)],
+        "p_value": number(result.p_value),
         "level": level,
         "num_bootstrap": num_bootstrap,
         "seed": seed,
@@ -185,7 +185,6 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
         paired bootstrap over the evaluation rows: 1000 replicates, seed 0
     """
     level = f"{100 * result['level']:g}%"
-    low, high = result["interval"]
     selection = result.get("selection")
     lines = [summary_line("truth", file_name(result["truth"]))]
     if selection:
@@ -208,10 +207,7 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
     lines += [
         summary_line("lwlrap A", f"{result['lwlrap_a']:.6f}"),
         summary_line("lwlrap B", f"{result['lwlrap_b']:.6f}"),
-        summary_line(
-            "A - B", f"{result['difference']:+.6f}  {level} interval [{low:+.6f}, {high:+.6f}]  "
-            f"p = {result['p_value']:.4f}"
-        ),
+        summary_line("A - B", f"{result['difference']:+.6f}  {_overall_interval_text(result, level)}"),
     ]
     agreement = result.get("agreement")
     if agreement:
@@ -250,6 +246,14 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _overall_interval_text(result: Dict, level: str) -> str:
+    """The difference's interval and p-value, or why there are none (fewer than two rows with a positive label)."""
+    if result["interval"] is None:
+        return "no interval or p-value: one evaluation row with a positive label (every replicate is that row)"
+    low, high = result["interval"]
+    return f"{level} interval [{low:+.6f}, {high:+.6f}]  p = {result['p_value']:.4f}"
+
+
 def plot_title(result: Dict) -> str:
     """The chart's title: which file is A and which B, and their overall difference.
 
@@ -259,10 +263,11 @@ def plot_title(result: Dict) -> str:
         A = new.csv, B = old.csv
         A - B = +0.0322 [-0.0119, +0.0792], p = 0.182
     """
+    interval = result["interval"]
+    bounds = "" if interval is None else f" [{interval[0]:+.4f}, {interval[1]:+.4f}], p = {result['p_value']:.3f}"
     return (
         f"A = {os.path.basename(file_name(result['a']))}, B = {os.path.basename(file_name(result['b']))}\n"
-        f"A - B = {result['difference']:+.4f} [{result['interval'][0]:+.4f}, {result['interval'][1]:+.4f}], "
-        f"p = {result['p_value']:.3f}"
+        f"A - B = {result['difference']:+.4f}{bounds}"
     )
 
 

@@ -111,7 +111,7 @@ def score_files(
             "level": level,
             "num_bootstrap": num_bootstrap,
             "seed": seed,
-            "lwlrap": [float(low), float(high)],
+            "lwlrap": None if math.isnan(low) else [float(low), float(high)],
             "per_class": {
                 name: None if math.isnan(lo) else [lo, hi]
                 for name, lo, hi in zip(inputs.classes, class_low.tolist(), class_high.tolist())

@@ -167,7 +167,8 @@ def _lrap_bootstrap_update(
 
 #: Positive labels a class needs for an interval and a p-value of its own (else NaN). A class's replicate is a
 #: weighted mean of its positives' precisions, each fixed by its own sample's row: with one positive, every replicate
-#: that draws it is that one number, an interval of width 0 and a p-value near 0 that would say nothing.
+#: that draws it is that one number, an interval of width 0 and a p-value near 0 that would say nothing. The overall
+#: value needs as many samples with a positive label (samples, for LRAP), for the same reason.
 MIN_CLASS_POSITIVES = 2
 
 
@@ -198,6 +199,20 @@ def _class_interval(replicates: Tensor, label_count: Tensor, level: float) -> Tu
     low, high = _bootstrap.percentile_interval(replicates, level)
     few = label_count < MIN_CLASS_POSITIVES
     return low.masked_fill(few, math.nan), high.masked_fill(few, math.nan)
+
+
+def _overall_interval(replicates: Tensor, samples: Tensor, level: float) -> Tuple[Tensor, Tensor]:
+    """Percentile bounds of ``replicates`` ``(B,)``: NaN where fewer than :data:`MIN_CLASS_POSITIVES` samples
+    (``samples``, a 0-dim count: those with a positive label for lwlrap) carry the value. One sample gives every
+    replicate that draws it the value itself, an interval of width 0 (and a p-value near 0) that would say nothing."""
+    low, high = _bootstrap.percentile_interval(replicates, level)
+    few = samples < MIN_CLASS_POSITIVES
+    return low.masked_fill(few, math.nan), high.masked_fill(few, math.nan)
+
+
+def _labelled_samples(target: Tensor) -> Tensor:
+    """The samples of a checked ``target`` ``(N, C, ...)`` with a positive label: a 0-dim count (no sync)."""
+    return (target == 1).any(dim=1).sum()
 
 
 def _lrap_replicates(replicate_lrap_sum: Tensor, replicate_weight_sum: Tensor) -> Tensor:
@@ -278,7 +293,7 @@ def multilabel_lwlrap_ci(
     replicates = _lwlrap_replicates(replicate_sum, replicate_count, average, precision_sum, label_count)
     if average == "none":
         return Interval(value, *_class_interval(replicates, label_count, level))
-    return Interval(value, *_bootstrap.percentile_interval(replicates, level))
+    return Interval(value, *_overall_interval(replicates, _labelled_samples(target), level))
 
 
 @eager_only
@@ -320,7 +335,10 @@ def multilabel_lrap_ci(
         replicate_weight,
     )
     value = _lrap_compute(lrap_sum, weight_sum)
-    low, high = _bootstrap.percentile_interval(_lrap_replicates(replicate_lrap, replicate_weight), level)
+    samples = torch.tensor(target.shape[0] * math.prod(target.shape[2:]), device=device)
+    if sample_weight is not None:
+        samples = (sample_weight != 0).sum() * math.prod(target.shape[2:])
+    low, high = _overall_interval(_lrap_replicates(replicate_lrap, replicate_weight), samples, level)
     return Interval(value, low, high)
 
 
@@ -393,7 +411,8 @@ def compare_lwlrap(
 
     overall = replicates(rep_sum_a, sum_a, "weighted") - replicates(rep_sum_b, sum_b, "weighted")
     per_class = replicates(rep_sum_a, sum_a, "none") - replicates(rep_sum_b, sum_b, "none")
-    low, high = _bootstrap.percentile_interval(overall, level)
+    samples = _labelled_samples(target)
+    low, high = _overall_interval(overall, samples, level)
     per_class_low, per_class_high = _class_interval(per_class, count, level)
     per_class_p_value = _bootstrap.paired_p_value(per_class).masked_fill_(count < MIN_CLASS_POSITIVES, math.nan)
     return Comparison(
@@ -402,7 +421,7 @@ def compare_lwlrap(
         value_a - value_b,
         low,
         high,
-        _bootstrap.paired_p_value(overall),
+        _bootstrap.paired_p_value(overall).masked_fill_(samples < MIN_CLASS_POSITIVES, math.nan),
         per_class_a,
         per_class_b,
         per_class_a - per_class_b,
