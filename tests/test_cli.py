@@ -218,6 +218,12 @@ def test_ties_index_matches_naive(tmp_path, capsys, layout):
     # Ties are frequent (one decimal), so the two rules really differ here.
     code, out, _ = run_main(capsys, "score", truth, pred, "--json")
     assert json.loads(out)["lwlrap"] != pytest.approx(result["lwlrap"], abs=1e-9)
+    # The text report says which rule its values follow, above them (its tie block shows 'max' beside them).
+    code, out, _ = run_main(capsys, "score", truth, pred, "--ties", "index")
+    lines = out.splitlines()
+    assert lines.index("tie rule     --ties index") < lines.index(f"lwlrap       {result['lwlrap']:.6f}")
+    code, out, _ = run_main(capsys, "score", truth, pred)
+    assert "tie rule" not in out  # the default, max, goes unsaid
 
 
 def test_extra_whitespace_blank_lines_and_bom(tmp_path, capsys):
@@ -410,8 +416,8 @@ def test_plot_errors(tmp_path, capsys, monkeypatch):
     pred.write_text(GOOD_PRED)
     bad_target = tmp_path / "no_such_folder" / "out.png"
     check_one_line_error(
-        *run_main(capsys, "score", truth, pred, "--plot", bad_target), ["cannot write", "no_such_folder"]
-    )
+        *run_main(capsys, "score", truth, pred, "--plot", bad_target), ["does not exist", "no_such_folder"]
+    )  # checked before the scoring, whose report the error would otherwise throw away
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     check_one_line_error(*run_main(capsys, "score", truth, pred, "--plot", tmp_path / "x.png"), ["matplotlib"])
     assert not (tmp_path / "x.png").exists()
@@ -501,3 +507,93 @@ def test_no_tie_block_without_tied_positive(tmp_path, capsys):
 def read_fnames(path):
     with open(path, newline="", encoding="utf-8") as handle:
         return [row[0] for row in list(csv.reader(handle))[1:]]
+
+
+_TRUTH_META = 'fname,labels,usage\na.wav,"Bark,Cat",Public\nb.wav,Dog,Private\nc.wav,Cat,Public\n'
+_PRED = "fname,Bark,Cat,Dog\na.wav,0.9,0.1,0.2\nb.wav,0.3,0.8,0.1\nc.wav,0.2,0.6,0.5\n"
+
+# (truth text, prediction text, extra arguments, words the one error line must hold, words it must not)
+MESSAGE_CASES = {
+    "trailing comma on every line": (
+        _TRUTH_META, "fname,Bark,Cat,Dog,\na.wav,0.9,0.1,0.2,\nb.wav,0.3,0.8,0.1,\nc.wav,0.2,0.6,0.5,\n", [],
+        ["column 5 (no name) is empty in every row: the lines have an extra comma"], ["pandas"],
+    ),
+    "a header name left out": (
+        _TRUTH_META, "fname,,Cat,Dog\na.wav,0.9,0.1,0.2\nb.wav,0.3,0.8,0.1\nc.wav,0.2,0.6,0.5\n", [],
+        ["column 2 (no name) has no name in the header: name it, or drop the column"], ["pandas"],
+    ),
+    "a truth quote never closed": (
+        'fname,labels\na.wav,"Bark\nb.wav,Cat\nc.wav,Dog\n', _PRED, [],
+        ["truth file", "line 2: a quoted field runs over 3 lines", "never closed"], ["missing"],
+    ),
+    "a prediction quote never closed": (
+        _TRUTH_META, 'fname,Bark,Cat,Dog\na.wav,"0.9,0.1,0.2\nb.wav,0.3,0.8,0.1\nc.wav,0.2,0.6,0.5\n', [],
+        ["line 2: a quoted field runs over 3 lines"], ["line 4"],
+    ),
+    "a decimal comma": (
+        _TRUTH_META, 'fname,Bark,Cat,Dog\na.wav,"0,9",0.1,0.2\nb.wav,0.3,0.8,0.1\nc.wav,0.2,0.6,0.5\n', [],
+        ["'0,9' is not a number (a decimal comma: write the file with '.' as the decimal point"], [],
+    ),
+    "a two-column truth named label": (
+        "fname,label\na.wav,Bark\nb.wav,Dog\nc.wav,Cat\n", _PRED, [],
+        ["the value 'Bark' is not 0 or 1. A truth file of two columns", "rename 'label' to 'labels'"],
+        ["--unknown"],
+    ),
+    "a public-only submission without --where": (
+        _TRUTH_META, "fname,Bark,Cat,Dog\na.wav,0.9,0.1,0.2\nc.wav,0.2,0.6,0.5\n", [],
+        ["is missing from prediction file", "it scores the truth rows of usage=Public alone; pass --where usage=Public"],
+        [],
+    ),
+    "no positive label in the selection": (
+        'fname,labels,usage\na.wav,,Public\nb.wav,Dog,Private\nc.wav,,Public\n', _PRED.replace("b.wav,0.3,0.8,0.1\n", ""),
+        ["--where", "usage=Public"],
+        ["has no positive label at all in the truth rows selected by --where usage=Public: lwlrap is undefined"],
+        ["(it)"],
+    ),
+    "a plot into a folder that is not there": (
+        _TRUTH_META, _PRED, ["--plot", "/nonexistent-folder/chart.png"],
+        ["--plot /nonexistent-folder/chart.png: the folder '/nonexistent-folder' does not exist"], [],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MESSAGE_CASES))
+def test_file_mistakes_end_in_one_line_that_names_the_fix(tmp_path, capsys, case):
+    truth_text, pred_text, extra, words, absent = MESSAGE_CASES[case]
+    (tmp_path / "truth.csv").write_text(truth_text)
+    (tmp_path / "pred.csv").write_text(pred_text)
+    if "--plot" in extra:
+        pytest.importorskip("matplotlib")
+    code, out, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv", *extra)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and err.startswith("torch-lwlrap: error: "), err
+    for word in words:
+        assert word in err, err
+    for word in absent:
+        assert word not in err, err
+
+
+def test_a_truth_file_s_metadata_may_hold_a_quoted_line_break(tmp_path, capsys):
+    (tmp_path / "truth.csv").write_text('fname,labels,note\na.wav,"Bark,Cat","two\nlines"\nb.wav,Dog,x\nc.wav,Cat,y\n')
+    (tmp_path / "pred.csv").write_text(_PRED)
+    code, out, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv", "--json")
+    assert (code, err) == (0, "")
+    preds = np.array([[0.9, 0.1, 0.2], [0.3, 0.8, 0.1], [0.2, 0.6, 0.5]])
+    target = np.array([[1, 1, 0], [0, 0, 1], [0, 1, 0]])
+    assert json.loads(out)["lwlrap"] == pytest.approx(
+        label_ranking_average_precision_score(target, preds, sample_weight=target.sum(1)), abs=1e-12
+    )
+
+
+def test_compare_takes_ci_as_score_does(tmp_path, capsys):
+    (tmp_path / "truth.csv").write_text(_TRUTH_META)
+    (tmp_path / "a.csv").write_text(_PRED)
+    (tmp_path / "b.csv").write_text(_PRED.replace("0.9", "0.05"))
+    files = [tmp_path / name for name in ("truth.csv", "a.csv", "b.csv")]
+    results = []
+    for option in (["--ci", "50"], ["--bootstrap", "50"]):
+        code, out, err = run_main(capsys, "compare", *files, *option, "--json")
+        assert (code, err) == (0, ""), err
+        results.append(json.loads(out))
+    assert results[0] == results[1] and results[0]["num_bootstrap"] == 50
+    code, out, _ = run_main(capsys, "compare", *files, "--ci", "--json")
+    assert code == 0 and json.loads(out)["num_bootstrap"] == 1000

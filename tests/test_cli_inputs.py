@@ -149,7 +149,7 @@ def test_compare_report_names_the_files_and_says_replicates(two_systems):
     assert f"A            {folder / 'a.csv'} (20 rows outside the selection ignored)" in out
     assert "ties         --ties expected" in out
     _, usage, _ = cli("compare", "--help")
-    assert "--bootstrap N" in usage and "--bootstrap B" not in usage
+    assert "--bootstrap [N]" in usage and "--bootstrap B" not in usage
 
 
 def test_compare_plot_title_names_both_files(two_systems, monkeypatch, capsys):
@@ -378,7 +378,18 @@ def test_tie_block_on_rounded_logits_blames_rounding_not_saturation(tmp_path):
     assert "saturated" not in out and "score the logits" not in out
     assert "advice       write the scores with every digit" in out and "--ties expected gives the mean" in out
     code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "logits.csv", "--ties", "expected")
-    assert "ties         " in out and "--ties expected" not in out  # not advised when it was passed
+    assert "ties         " in out and "tie rule     --ties expected" in out
+    assert "--ties expected gives the mean" not in out  # not advised when it was passed
+
+
+def test_tie_causes_of_scores_that_are_all_infinite_blame_no_rounding():
+    # No finite score: the fewest decimals of an empty set read as 0, and the block said "whole numbers".
+    from torch_lwlrap.cli.score import tie_causes
+
+    scores = np.array([[np.inf, np.inf, -np.inf], [-np.inf, np.inf, -np.inf]])
+    target = np.array([[1, 0, 0], [0, 1, 0]])
+    assert tie_causes(scores, target) == {"saturated_tied_label_count": 0, "score_decimals": None}
+    assert tie_causes(np.array([[np.inf, 2.0, 2.0]]), np.array([[0, 1, 0]]))["score_decimals"] == 0
 
 
 def test_tie_block_on_saturated_probabilities_advises_the_logits(tmp_path):

@@ -140,12 +140,26 @@ def _counts_up_text(texts: Sequence[str]) -> bool:
 
 
 def _index_column_error(role: str, path: str, position: int, name: str, texts: Sequence[str]) -> CsvFormatError:
+    """The error for a column without a name (or named ``Unnamed: N``), or one that counts 0, 1, 2, ...: pandas'
+    index where it counts rows or comes first; else an extra comma, or a header that misses a name."""
     named = f"({name!r})" if name else "(no name)"
-    what = "holds the row numbers 0, 1, 2, ..." if not texts or _counts_up_text(texts) else "has no name"
-    return CsvFormatError(
-        f"{role} file {path!r}: column {position + 1} {named} {what}: it is the index pandas writes by default, "
-        f"not data; {PANDAS_INDEX_FIX}."
-    )
+    where = f"{role} file {path!r}: column {position + 1} {named}"
+    if not texts or _counts_up_text(texts):
+        return CsvFormatError(
+            f"{where} holds the row numbers 0, 1, 2, ...: it is the index pandas writes by default, not data; "
+            f"{PANDAS_INDEX_FIX}."
+        )
+    if all(not text for text in texts):
+        return CsvFormatError(
+            f"{where} is empty in every row: the lines have an extra comma (at their end, or two in a row); "
+            f"remove it."
+        )
+    if position == 0:
+        return CsvFormatError(
+            f"{where} has no name in the header: if it is the index pandas writes by default, {PANDAS_INDEX_FIX}; "
+            f"else name it."
+        )
+    return CsvFormatError(f"{where} has no name in the header: name it, or drop the column.")
 
 
 def _where(path: str, line: int, fname: Optional[str] = None) -> str:
@@ -291,14 +305,24 @@ def _read_rows(text: str, path: str, role: str) -> Tuple[List[str], List[Tuple[i
     reader = csv.reader(io.StringIO(text, newline=""))
     header: Optional[List[str]] = None
     rows: List[Tuple[int, List[str]]] = []
+    end = 0  # the line the previous record ended on: a record starts on the line after it
     try:
         for fields in reader:
+            start, end = end + 1, reader.line_num
             if not fields or all(not field.strip() for field in fields):
                 continue  # blank line
+            scored = fields if header is None or not _is_challenge(header) else [
+                field for name, field in zip(header, fields) if name in CHALLENGE_HEADER
+            ]  # a truth file's metadata may hold a quoted line break
+            if any("\n" in field or "\r" in field for field in scored):
+                raise CsvFormatError(
+                    f"{role} file {_where(path, start)}: a quoted field runs over {end - start + 1} lines, so its "
+                    f"opening quote is never closed on its own line: close it (a.wav,\"Bark,Dog\"), or remove it."
+                )
             if header is None:
                 header = [field.strip() for field in fields]
             else:
-                rows.append((reader.line_num, fields))
+                rows.append((start, fields))
     except csv.Error as err:
         raise CsvFormatError(f"{role} file {path!r} is not valid CSV: {err}.") from None
 
@@ -447,9 +471,14 @@ def read_truth(path: str, *, unknown: Optional[str] = None, text: Optional[str] 
             else:
                 if _counts_up_text([other[position].strip() for _, other in rows]):
                     raise _index_column_error("truth", path, position, name, [])
+                layout = _layout_hint(header, name)
+                # a name where a 0 or 1 was due, in a two-column file: the layout is what to fix, not --unknown
+                unknown_hint = "" if layout and _unknown_number(field_text) is None else _unknown_hint(
+                    field_text, unknown
+                )
                 raise CsvFormatError(
                     f"truth file {_where(path, line, fields[fname_at].strip())}, column {name!r}: the value "
-                    f"{field_text!r} is not 0 or 1{_unknown_hint(field_text, unknown)}.{_layout_hint(header, name)}"
+                    f"{field_text!r} is not 0 or 1{unknown_hint}.{layout}"
                 )
         labels.append(positive)
         unknown_labels.append(row_unknown)
@@ -577,6 +606,8 @@ def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
                 value = float(field_text)
             except ValueError:
                 problem = "is empty" if not field_text else f"{field_text!r} is not a number"
+                if re.fullmatch(r"[-+]?\d+,\d+", field_text):
+                    problem += " (a decimal comma: write the file with '.' as the decimal point, pandas' default)"
                 raise CsvFormatError(
                     f"prediction file {_where(path, line, fname)}, column {header[position]!r}: the score "
                     f"{problem}."

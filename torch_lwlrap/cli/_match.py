@@ -76,6 +76,22 @@ def select_rows(truth: Truth, where: Sequence[Tuple[str, str]]) -> Truth:
     )
 
 
+def _selection_hint(truth: Truth, pred: Predictions, unselected: Collection[str]) -> str:
+    """Where the prediction rows are exactly the truth rows of one value of a metadata column (a public-leaderboard
+    submission against the whole test set): the ``--where`` that scores them."""
+    if unselected:
+        return ""
+    scored = set(pred.fnames)
+    for column, values in truth.metadata.items():
+        kinds = set(values)
+        if len(kinds) > 20:  # an id or a license per row, not a split
+            continue
+        for value in sorted(kinds):
+            if {f for f, v in zip(truth.fnames, values) if v == value} == scored:
+                return f": it scores the truth rows of {column}={value} alone; pass --where {column}={value}"
+    return ""
+
+
 def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) -> Tuple[np.ndarray, np.ndarray]:
     """Target ``(rows, classes)`` in the prediction's row and column order, and the prediction rows it covers: 1 for
     a positive label, 0 for a negative, :data:`UNKNOWN_TARGET` for an unknown one (:attr:`Truth.unknown`).
@@ -92,7 +108,7 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
             example = f"; its fnames read like {pred.fnames[0]!r}" if pred.fnames and missing > 1 else ""
             raise CsvFormatError(
                 f"fname {fname!r} (truth file {truth.path!r}, line {line}){more} is missing from prediction file "
-                f"{pred.path!r}{example}."
+                f"{pred.path!r}{example}{_selection_hint(truth, pred, unselected)}."
             )
     kept = []
     for row, fname in enumerate(pred.fnames):

@@ -331,6 +331,11 @@ def format_report(
         summary_line("samples", str(score.num_samples) + _unlabelled_note(score.rows_without_label)),
         summary_line("classes", classes),
         summary_line("labels", labels_summary(score.num_labels, score.num_unknown)),
+    ]
+    ties = score.extra.get("options", {}).get("ties", "max")
+    if ties != "max":  # as compare's report says it: the values below follow this rule, the tie block's 'max' not
+        lines.append(summary_line("tie rule", f"--ties {ties}"))
+    lines += [
         summary_line("lwlrap", f"{score.lwlrap:.6f}" + _interval_note(score)),
         summary_line("LRAP", f"{score.lrap:.6f}"),
     ]
@@ -373,6 +378,22 @@ def _interval_note(score: Score) -> str:
     if ci["lwlrap"] is None:
         return "  no interval: one row with a positive label (every bootstrap replicate is that row)"
     return f"  {_level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
+
+
+def check_plot_target(path: str) -> None:
+    """Before any scoring: ``--plot PATH`` can be written (matplotlib installed, the folder there and writable),
+    so that a long run never ends in an error that throws its report away."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CommandError(
+            "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
+        ) from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CommandError(f"--plot {path}: the folder {folder!r} does not exist: create it, or name another file.")
+    if not os.access(folder, os.W_OK):
+        raise CommandError(f"--plot {path}: the folder {folder!r} is not writable: name a file in another folder.")
 
 
 # Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527

@@ -19,6 +19,7 @@ from torch_lwlrap.cli._inputs import Inputs, add_input_options, input_options, r
 from torch_lwlrap.cli._report import (
     BARS_PER_PANEL,
     check_bootstrap_args,
+    check_plot_target,
     labels_summary,
     print_output,
     summary_line,
@@ -334,7 +335,14 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "b", metavar="B.csv", help="submission of system B, the same fnames and classes as A ('-': standard input)"
     )
     parser.add_argument(
-        "--bootstrap", metavar="N", type=int, default=1000, help="bootstrap replicates (default 1000)"
+        "--bootstrap",
+        "--ci",
+        metavar="N",
+        nargs="?",
+        type=int,
+        const=1000,
+        default=1000,
+        help="bootstrap replicates (default 1000); --ci N as in `score` means the same",
     )
     parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
@@ -367,12 +375,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``torch-lwlrap compare`` with the parsed arguments; raises :class:`CommandError` for the user to fix."""
     check_bootstrap_args(args.bootstrap, args.level, "--bootstrap", seed=args.seed, pred_path=args.a, systems=2)
     if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise CommandError(
-                "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
-            ) from None
+        check_plot_target(args.plot)
     result = compare_files(
         args.truth, args.a, args.b, num_bootstrap=args.bootstrap, level=args.level, seed=args.seed, ties=args.ties,
         where=args.where, classes_path=args.classes_path, unknown=args.unknown, agreement=args.agreement,

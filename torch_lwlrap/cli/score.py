@@ -18,6 +18,7 @@ from torch_lwlrap.cli._inputs import add_input_options, input_options, read_inpu
 from torch_lwlrap.cli._report import (
     Score,
     check_bootstrap_args,
+    check_plot_target,
     format_report,
     print_output,
     summary_line,
@@ -175,7 +176,7 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     finite = values[np.isfinite(values)]
     decimals = next(
         (d for d in range(_MAX_ROUNDED_DECIMALS + 1) if np.array_equal(np.round(finite, d), finite)), None
-    )
+    ) if finite.size else None  # no finite score (every one +-inf): nothing was rounded
     return {"saturated_tied_label_count": saturated, "score_decimals": decimals}
 
 
@@ -305,12 +306,7 @@ def _top(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-lwlrap score`` with the parsed arguments; raises :class:`CommandError` for the user to fix."""
     if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise CommandError(
-                "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
-            ) from None
+        check_plot_target(args.plot)
 
     if args.ci is None and (args.level is not None or args.seed is not None):
         given = " and ".join(f"--{name}" for name in ("level", "seed") if getattr(args, name) is not None)
