@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -440,3 +441,30 @@ def test_use_engine_takes_a_positive_integer_chunk_size(bad):
             pass
     with use_engine("sort", chunk_elements=np.int64(50)):
         assert torch_lwlrap.multilabel_lwlrap(torch.tensor([[0.9, 0.1]]), torch.tensor([[1, 0]])).item() == 1.0
+
+
+def test_messages_name_the_argument_the_user_passed():
+    p = torch.rand(2, 3)
+    with pytest.raises(ValueError, match=r"Argument `num_labels` must be a positive integer, but got 0"):
+        torch_lwlrap.multilabel_lwlrap(p, torch.ones(2, 3), num_labels=0)  # was "Expected 0 labels"
+    with pytest.raises(TypeError, match=r"convert it with `torch.as_tensor\(relevance\)`"):
+        torch_lwlrap.multilabel_ndcg(p, np.ones((2, 3)))
+    with pytest.raises(TypeError, match=r"convert them with `reference.float\(\)`"):
+        torch_lwlrap.multilabel_rank_correlation(p, torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"convert them with `preds_b.float\(\)`"):
+        torch_lwlrap.multilabel_kendall_distance_at_k(p, torch.ones(2, 3, dtype=torch.long), 1)
+    metric = torch_lwlrap.MultilabelKendallDistanceAtK(3, 1)
+    with pytest.raises(ValueError, match=r"Argument `preds_a` is on meta but the state of MultilabelKendallDistanceAtK"):
+        metric.update(p.to("meta"), p)
+    with pytest.raises(ValueError, match=r"Argument `preds_a` is on meta"):
+        metric.update(preds_a=p.to("meta"), preds_b=p)
+
+
+def test_compare_without_positive_labels_warns_once():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = torch_lwlrap.compare_lwlrap(torch.rand(3, 4), torch.rand(3, 4), torch.zeros(3, 4, dtype=torch.long),
+                                             num_bootstrap=10, seed=0)
+    assert torch.isnan(result.value_a) and torch.isnan(result.value_b)
+    undefined = [str(w.message) for w in caught if "undefined" in str(w.message)]
+    assert undefined == ["lwlrap is undefined without any positive label: no target was 1 (returning NaN)."]

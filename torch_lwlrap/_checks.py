@@ -485,7 +485,7 @@ def _check_scores(name: str, value, what: str) -> None:
     if not value.is_floating_point():
         raise TypeError(
             f"Argument `{name}` must be a floating point tensor of {what} (float16, bfloat16, float32 or float64), "
-            f"but got dtype {value.dtype}. Rankings are read from the raw scores: convert them with `.float()`."
+            f"but got dtype {value.dtype}. Rankings are read from the raw scores: convert them with `{name}.float()`."
         )
     _check_layout(name, value)
 
@@ -509,7 +509,7 @@ def _check_same(names: Tuple[str, str], first: Tensor, second: Tensor, num_label
             f"Arguments `{names[0]}` and `{names[1]}` must be on the same device, but got {first.device} for "
             f"`{names[0]}` and {second.device} for `{names[1]}`: move one with `.to(...)`."
         )
-    if num_labels is not None and type(num_labels) is not int:  # a metric's own is an int already: no cost there
+    if num_labels is not None and (type(num_labels) is not int or num_labels < 1):  # a metric's own passes
         num_labels = check_num_labels(num_labels)  # a bool, a float: refused as the metric classes refuse them
     if num_labels is not None and first.shape[1] != num_labels:
         raise ValueError(
@@ -592,8 +592,7 @@ def check_graded(
     preds, relevance, sample_weight = values_only(preds), values_only(relevance), values_only(sample_weight)
     validate_args = check_flag("validate_args", validate_args)
     _check_scores("preds", preds, "scores")
-    if not isinstance(relevance, Tensor):
-        raise TypeError(f"Argument `relevance` must be a torch.Tensor, but got {type(relevance).__name__}.")
+    _check_is_tensor("relevance", relevance)
     _check_kind("relevance", relevance)
     if relevance.is_complex():
         raise TypeError(f"Argument `relevance` must be a real-valued tensor, but got dtype {relevance.dtype}.")

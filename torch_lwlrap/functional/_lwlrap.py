@@ -130,16 +130,19 @@ def _lwlrap_per_class(precision_sum: Tensor, label_count: Tensor) -> Tuple[Tenso
     return per_class, weights
 
 
-def _lwlrap_compute(precision_sum: Tensor, label_count: Tensor, average: str) -> Tensor:
+def _lwlrap_compute(precision_sum: Tensor, label_count: Tensor, average: str, warn: bool = True) -> Tensor:
+    """lwlrap from the sums; NaN without a positive label, with a warning unless ``warn`` is False (a second value
+    of the same labels, whose first already warned)."""
     if average == "none":
         return _lwlrap_per_class(precision_sum, label_count)[0]
     total = label_count.sum()
     if total == 0:
-        warnings.warn(
-            "lwlrap is undefined without any positive label: no target was 1 (returning NaN).",
-            UserWarning,
-            stacklevel=3,
-        )
+        if warn:
+            warnings.warn(
+                "lwlrap is undefined without any positive label: no target was 1 (returning NaN).",
+                UserWarning,
+                stacklevel=3,
+            )
         return torch.full((), math.nan, dtype=torch.float64, device=precision_sum.device)
     if average == "weighted":
         return precision_sum.sum() / total.to(torch.float64)

@@ -583,11 +583,12 @@ def _update_signature(cls: type) -> inspect.Signature:
     return inspect.signature(cls.update)
 
 
-def _check_device(metric: Metric, preds: Any) -> None:
+def _check_device(metric: Metric, preds: Any, name: str = "preds") -> None:
+    """A batch's first tensor (argument ``name``) on the metric's device."""
     device = metric.device
     if isinstance(preds, Tensor) and preds.device != device:
         raise ValueError(
-            f"Argument `preds` is on {preds.device} but the state of {type(metric).__name__} is on {device}: "
+            f"Argument `{name}` is on {preds.device} but the state of {type(metric).__name__} is on {device}: "
             f"move the metric with `.to({str(preds.device)!r})` or the inputs with `.to({str(device)!r})`."
         )
 

@@ -8,6 +8,7 @@ counts) with ``dist_reduce_fx="sum"``, named after its metric, after the constan
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -66,7 +67,8 @@ class _SumMetric(TaggedMetric):
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Add a batch. A rejected batch raises before anything changes: the state keeps the batches accumulated
         before it."""
-        _check_device(self, args[0] if args else next(iter(kwargs.values()), None))
+        first = next(iter(inspect.signature(self._sums).parameters))  # preds, or preds_a
+        _check_device(self, args[0] if args else kwargs.get(first), first)
         self._add_sums(self._sums(*args, **kwargs))
 
     def plot(self, val: Optional[Any] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:
