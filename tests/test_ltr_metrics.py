@@ -592,7 +592,7 @@ def test_errors_name_the_argument_the_value_and_the_fix():
         multilabel_kendall_distance_at_k(a, b.index_put((torch.tensor(1), torch.tensor(2)), torch.tensor(math.nan, dtype=b.dtype)), 2)
     with pytest.raises(ValueError, match=r"`preds` and `reference` must have the same shape.*\(4, 5\).*\(4, 4\)"):
         multilabel_rank_correlation(a, b[:, :4])
-    with pytest.raises(TypeError, match=r"`reference` must be a floating point tensor.*torch.int64.*`.float\(\)`"):
+    with pytest.raises(TypeError, match=r"`reference` must be a floating point tensor.*torch.int64.*`reference.float\(\)`"):
         multilabel_rank_correlation(a, b.long())
     with pytest.raises(ValueError, match=r"`method` must be one of \('spearman', 'kendall'\), but got 'pearson'"):
         MultilabelRankCorrelation(5, method="pearson")

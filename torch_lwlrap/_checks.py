@@ -175,19 +175,7 @@ def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
         info = torch.iinfo(target.dtype)
         if not info.min <= ignore_index <= info.max:
             return None
-    elif not _float_holds(target.dtype, ignore_index):
-        return None
     return ignore_index
-
-
-def _float_holds(dtype: torch.dtype, value: int) -> bool:
-    """Whether the float ``dtype`` holds the integer ``value`` exactly. Else the target cannot contain it, and a
-    comparison would round ``value`` onto a neighbour (bfloat16 reads ``257`` as ``256``) and ignore that instead."""
-    info = torch.finfo(dtype)
-    odd = abs(value)
-    if odd:
-        odd >>= (odd & -odd).bit_length() - 1  # without its trailing zero bits
-    return abs(value) <= info.max and odd.bit_length() <= round(-math.log2(info.eps)) + 1
 
 
 def _target_is_bad(
