@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 import math
 import re
 import shutil
@@ -524,11 +525,11 @@ MESSAGE_CASES = {
     ),
     "a truth quote never closed": (
         'fname,labels\na.wav,"Bark\nb.wav,Cat\nc.wav,Dog\n', _PRED, [],
-        ["truth file", "line 2: a quoted field runs over 3 lines", "never closed"], ["missing"],
+        ["truth file", "line 2: a quote opened on this line is never closed, so the rows below it"], ["missing"],
     ),
     "a prediction quote never closed": (
         _TRUTH_META, 'fname,Bark,Cat,Dog\na.wav,"0.9,0.1,0.2\nb.wav,0.3,0.8,0.1\nc.wav,0.2,0.6,0.5\n', [],
-        ["line 2: a quoted field runs over 3 lines"], ["line 4"],
+        ["line 2: a quote opened on this line is never closed"], ["line 4"],
     ),
     "a decimal comma": (
         _TRUTH_META, 'fname,Bark,Cat,Dog\na.wav,"0,9",0.1,0.2\nb.wav,0.3,0.8,0.1\nc.wav,0.2,0.6,0.5\n', [],
@@ -597,3 +598,66 @@ def test_compare_takes_ci_as_score_does(tmp_path, capsys):
     assert results[0] == results[1] and results[0]["num_bootstrap"] == 50
     code, out, _ = run_main(capsys, "compare", *files, "--ci", "--json")
     assert code == 0 and json.loads(out)["num_bootstrap"] == 1000
+
+
+def test_quoted_line_breaks_that_hold_no_rows_still_read(tmp_path, capsys):
+    # Only a field that took whole rows in is an unclosed quote: a labels field "Bark,<newline>Dog" reads as
+    # before, as two labels.
+    (tmp_path / "truth.csv").write_text('fname,labels\na.wav,"Bark,\nCat"\nb.wav,Dog\nc.wav,Cat\n')
+    (tmp_path / "pred.csv").write_text(_PRED)
+    code, out, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv", "--json")
+    assert (code, err) == (0, ""), err
+    preds = np.array([[0.9, 0.1, 0.2], [0.3, 0.8, 0.1], [0.2, 0.6, 0.5]])
+    target = np.array([[1, 1, 0], [0, 0, 1], [0, 1, 0]])
+    assert json.loads(out)["lwlrap"] == pytest.approx(
+        label_ranking_average_precision_score(target, preds, sample_weight=target.sum(1)), abs=1e-12
+    )
+
+
+def test_a_class_named_index_in_the_truth_is_scored(tmp_path, capsys):
+    # 'index' columns of distinct whole numbers are refused as reset_index() leftovers, unless the truth names a
+    # class 'index' (whose scores may be ranks or counts).
+    (tmp_path / "truth.csv").write_text('fname,labels\na.wav,"index,Cat"\nb.wav,Dog\nc.wav,Cat\n')
+    (tmp_path / "pred.csv").write_text("fname,index,Cat,Dog\na.wav,3,1,0\nb.wav,0,2,5\nc.wav,1,4,2\n")
+    code, out, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv", "--json")
+    assert (code, err) == (0, ""), err
+    preds = np.array([[3, 1, 0], [0, 2, 5], [1, 4, 2]], dtype=float)
+    target = np.array([[1, 1, 0], [0, 0, 1], [0, 1, 0]])
+    assert json.loads(out)["lwlrap"] == pytest.approx(
+        label_ranking_average_precision_score(target, preds, sample_weight=target.sum(1)), abs=1e-12
+    )
+
+
+@pytest.mark.parametrize("column, warned", [
+    ("2,0,2", True),              # a fold or id column beside fractional scores
+    ("-inf,-inf,-inf", False),    # cannot outrank anything
+    ("-100,-100,-100", False),    # constant
+    ("0,1,0", False),             # hard 0/1 predictions
+])
+def test_the_whole_number_warning_names_only_columns_that_can_outrank_classes(tmp_path, capsys, column, warned):
+    values = column.split(",")
+    rows = _PRED.strip().split("\n")
+    text = rows[0] + ",Extra\n" + "".join(f"{row},{value}\n" for row, value in zip(rows[1:], values))
+    (tmp_path / "truth.csv").write_text(_TRUTH_META)
+    (tmp_path / "pred.csv").write_text(text)
+    (tmp_path / "b.csv").write_text(_PRED.replace("\n", ",0.5\n").replace("Dog,0.5", "Dog,Extra"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        code, _, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert code == 0
+    assert ("the column 'Extra' holds whole numbers" in err) == warned, err
+    # compare looks at both submissions: here the stray column is B's
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        code, _, err = run_main(capsys, "compare", tmp_path / "truth.csv", tmp_path / "b.csv", tmp_path / "pred.csv",
+                                "--bootstrap", "50")
+    assert code == 0 and ("pred.csv': the column 'Extra' holds whole numbers" in err) == warned, err
+
+
+def test_a_submission_of_whole_numbers_throughout_is_not_warned_about(tmp_path, capsys):
+    (tmp_path / "truth.csv").write_text(_TRUTH_META)
+    (tmp_path / "pred.csv").write_text("fname,Bark,Cat,Dog,Extra\na.wav,4,3,1,2\nb.wav,1,4,3,2\nc.wav,2,4,3,1\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        code, _, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert (code, err) == (0, "")

@@ -445,3 +445,60 @@ def test_compare_without_positive_labels_warns_once():
     assert torch.isnan(result.value_a) and torch.isnan(result.value_b)
     undefined = [str(w.message) for w in caught if "undefined" in str(w.message)]
     assert undefined == ["lwlrap is undefined without any positive label: no target was 1 (returning NaN)."]
+
+
+def test_warnings_point_at_the_user_s_line():
+    # eager_only's wrapper (and torchmetrics' around a metric's methods) sit between the user and the warning:
+    # a fixed stacklevel filed it under the package's own files, where filters by module no longer matched.
+    p = torch.rand(4, 3)
+    none = torch.zeros(4, 3, dtype=torch.long)
+    metric = torch_lwlrap.MultilabelLWLRAP(3)
+    metric.update(p, none)
+    calls = {
+        "multilabel_lwlrap": lambda: torch_lwlrap.multilabel_lwlrap(p, none),
+        "multilabel_lrap": lambda: torch_lwlrap.multilabel_lrap(p[:0], none[:0]),
+        "multilabel_lwlrap_ci": lambda: torch_lwlrap.multilabel_lwlrap_ci(p, none + torch.eye(4, 3, dtype=torch.long),
+                                                                          num_bootstrap=5, seed=0),
+        "compute": lambda: metric.compute(),
+        "per_class": lambda: torch_lwlrap.MultilabelLWLRAP(3).per_class(),
+        "MultilabelRankingMetrics": lambda: torch_lwlrap.MultilabelRankingMetrics(3, metrics="lrap", k=3),
+    }
+    for name, call in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert caught, name
+        assert {w.filename for w in caught} == {__file__}, (name, [(w.filename, str(w.message)) for w in caught])
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning")
+def test_errors_inside_a_compiled_step_name_the_user_s_call():
+    p = torch.rand(4, 3)
+    t = torch.eye(4, 3, dtype=torch.long)
+    metric = torch_lwlrap.MultilabelLWLRAP(3)
+    cases = {
+        "`metric.update(preds=scores, target=labels)` on your MultilabelLWLRAP": lambda x, y: metric.update(y, x),
+        "`metric(preds=scores, target=labels)` on your MultilabelLWLRAP": lambda x, y: metric(y, x),
+        "`multilabel_lwlrap(preds=scores, target=labels)`": lambda x, y: torch_lwlrap.multilabel_lwlrap(y, x),
+    }
+    for words, step in cases.items():
+        with pytest.raises(TypeError, match="look swapped") as error:
+            torch.compile(step, backend="eager")(p, t)
+        assert words in str(error.value), str(error.value)
+    distance = torch_lwlrap.MultilabelKendallDistanceAtK(3, 2)
+    with pytest.raises(ValueError, match=r"Argument `preds_a` is on meta"):
+        distance(p.to("meta"), p.to("meta"))  # forward names the metric's own argument too
+
+
+def test_an_lrap_interval_counts_frames_of_per_frame_weights_once():
+    # (N, T) weights already hold one weight per sample: the count multiplied the frames in a second time.
+    g = torch.Generator().manual_seed(2)
+    preds = torch.rand(1, 4, 3, generator=g)
+    target = (torch.rand(1, 4, 3, generator=g) < 0.5).long()
+    lrap_ci = torch_lwlrap.multilabel_lrap_ci
+    lone = lrap_ci(preds, target, sample_weight=torch.tensor([[1.0, 0.0, 0.0]]), num_bootstrap=200, seed=0)
+    assert torch.isnan(lone.low) and torch.isnan(lone.high)  # one sample of non-zero weight
+    two = lrap_ci(preds, target, sample_weight=torch.tensor([[1.0, 2.0, 0.0]]), num_bootstrap=200, seed=0)
+    assert not torch.isnan(two.low)
+    frames = lrap_ci(preds, target, sample_weight=torch.tensor([1.0]), num_bootstrap=200, seed=0)
+    assert not torch.isnan(frames.low)  # (N,) weights weigh each of the sample's 3 frames

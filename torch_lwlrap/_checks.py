@@ -52,9 +52,6 @@ def values_only(value):
     return value.resolve_neg().resolve_conj() if value.is_neg() or value.is_conj() else value
 
 
-#: Modules whose frames sit between a user's call and the checks: the package, torchmetrics and torch (a metric's
-#: ``forward`` and ``update`` are called through them).
-_LIBRARY_MODULES = ("torch_lwlrap", "torchmetrics", "torch", "contextlib", "functools")
 
 
 def user_call() -> str:
@@ -65,9 +62,9 @@ def user_call() -> str:
     ```metric(...)``` for its ``forward``). Read on the error path only.
     """
     frame, outermost = sys._getframe(1), None
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_MODULES:
+    while frame is not None and _engine_config.in_library(frame):
         in_package = frame.f_globals.get("__name__", "").startswith("torch_lwlrap")
-        if in_package and frame.f_code is not _engine_config.EAGER_WRAPPER_CODE:
+        if in_package and not _engine_config.is_eager_wrapper(frame):
             outermost = frame
         frame = frame.f_back
     if outermost is None:

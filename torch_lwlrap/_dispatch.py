@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-import warnings
 from typing import Callable, Dict, Optional
 
 import torch
@@ -45,6 +44,7 @@ from torch_lwlrap._engine_config import (
     engine_forced_by_block,
     forced_chunk_elements,
     get_engine,
+    warn,
 )
 from torch_lwlrap._torch_paths import choose_engine
 
@@ -174,19 +174,12 @@ def torch_path(engine: str, device, num_samples: int, num_classes: int, class_la
     return choose_engine(num_samples, num_classes, int(class_label_count.sum()))
 
 
-_LIBRARY_MODULES = ("torch_lwlrap", "torchmetrics", "torch", "contextlib")
-
-
 def _warn_once(key, message: str) -> None:
     with _warn_lock:
         if key in _warned:
             return
         _warned.add(key)
-    # Point at the user's line: the first frame outside this package, torchmetrics and torch.
-    frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_MODULES:
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, EngineFallbackWarning, stacklevel=level)
+    warn(message, EngineFallbackWarning)  # at the user's line
 
 
 def triton_failed(error: Exception, device: torch.device) -> None:

@@ -10,6 +10,7 @@ import contextvars
 import functools
 import os
 import sys
+import warnings
 from typing import Callable, Iterator, Optional, Tuple, TypeVar
 
 from torch_lwlrap._options import ENGINES, whole_number
@@ -99,8 +100,29 @@ def eager_only(func: _Func) -> _Func:
     return call  # type: ignore[return-value]
 
 
-#: The code of :func:`eager_only`'s wrapper: error messages that name the user's call look past its frames.
-EAGER_WRAPPER_CODE = eager_only(len).__code__
+#: Modules whose frames sit between a user's call and the package's checks and warnings: the package, torchmetrics
+#: and torch (a metric's ``forward`` and ``update`` are called through them, a compiled step through dynamo).
+LIBRARY_MODULES = ("torch_lwlrap", "torchmetrics", "torch", "contextlib", "functools")
+
+
+def in_library(frame) -> bool:
+    """Whether ``frame`` runs code of :data:`LIBRARY_MODULES`."""
+    return frame.f_globals.get("__name__", "").split(".")[0] in LIBRARY_MODULES
+
+
+def is_eager_wrapper(frame) -> bool:
+    """Whether ``frame`` runs :func:`eager_only`'s wrapper, which a message naming the user's call looks past: any
+    frame of this module (under ``torch.compile`` dynamo runs the wrapper as other code, named after it)."""
+    return frame.f_globals.get("__name__") == __name__
+
+
+def warn(message: str, category: type = UserWarning) -> None:
+    """``warnings.warn`` at the user's line: the first frame outside :data:`LIBRARY_MODULES`, however many of the
+    package's frames (:func:`eager_only`'s wrapper, a metric's method through torchmetrics') are between."""
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and in_library(frame):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def engine_forced_by_block() -> bool:

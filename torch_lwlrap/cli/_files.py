@@ -14,7 +14,7 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -160,6 +160,12 @@ def _index_column_error(role: str, path: str, position: int, name: str, texts: S
             f"else name it."
         )
     return CsvFormatError(f"{where} has no name in the header: name it, or drop the column.")
+
+
+def _swallows_rows(field: str, width: int) -> bool:
+    """Whether a field holds whole rows after a line break (as many commas as a row of ``width`` fields has): the
+    field's quote was never closed and took the rows below it in. A quoted line break in a value is allowed."""
+    return width > 1 and any(line.count(",") >= width - 1 for line in field.splitlines()[1:])
 
 
 def _where(path: str, line: int, fname: Optional[str] = None) -> str:
@@ -311,13 +317,10 @@ def _read_rows(text: str, path: str, role: str) -> Tuple[List[str], List[Tuple[i
             start, end = end + 1, reader.line_num
             if not fields or all(not field.strip() for field in fields):
                 continue  # blank line
-            scored = fields if header is None or not _is_challenge(header) else [
-                field for name, field in zip(header, fields) if name in CHALLENGE_HEADER
-            ]  # a truth file's metadata may hold a quoted line break
-            if any("\n" in field or "\r" in field for field in scored):
+            if header is not None and any(_swallows_rows(field, len(header)) for field in fields):
                 raise CsvFormatError(
-                    f"{role} file {_where(path, start)}: a quoted field runs over {end - start + 1} lines, so its "
-                    f"opening quote is never closed on its own line: close it (a.wav,\"Bark,Dog\"), or remove it."
+                    f"{role} file {_where(path, start)}: a quote opened on this line is never closed, so the rows "
+                    f"below it were read into one field: close it (a.wav,\"Bark,Dog\"), or remove it."
                 )
             if header is None:
                 header = [field.strip() for field in fields]
@@ -554,7 +557,9 @@ def _unknown_hint(text: str, unknown: Optional[str]) -> str:
     return f"; if it marks an unknown label, pass --unknown {shlex.quote(text)} (neither positive nor ranked)"
 
 
-def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
+def read_predictions(
+    path: str, *, text: Optional[str] = None, truth_classes: Collection[str] = ()
+) -> Predictions:
     """Read a submission CSV: header ``fname,<class>,...`` and one real score per class and row.
 
     Scores may be any real number (probabilities, logits, ``inf``); they are ranked as given. Empty, non-numeric
@@ -563,6 +568,8 @@ def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
     Args:
         path: the CSV file (``.gz``: gzip-compressed; ``-``: standard input).
         text: the file's text when already read (:func:`read_text`).
+        truth_classes: the classes the truth names: a column named ``index`` is scored as a class when one of them
+            is ``index``, else refused as the leftover of pandas' ``reset_index()`` where it holds row numbers.
 
     Returns:
         A :class:`Predictions`.
@@ -586,7 +593,7 @@ def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
     plain = _read_plain_table(text, accept=lambda header: True)
     if plain is not None:
         header, fnames, scores = plain
-        _check_no_index_column(scores, header[1:], header, path)
+        _check_no_index_column(scores, header[1:], header, path, truth_classes)
         return Predictions(fnames, header[1:], scores, path)
 
     header, rows = _read_rows(text, path, "prediction")
@@ -618,7 +625,7 @@ def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
                     f"which cannot be ranked."
                 )
             scores[row, column] = value
-    _check_no_index_column(scores, classes, header, path)
+    _check_no_index_column(scores, classes, header, path, truth_classes)
     return Predictions(fnames, classes, scores, path)
 
 
@@ -626,10 +633,12 @@ def read_predictions(path: str, *, text: Optional[str] = None) -> Predictions:
 _RESET_INDEX_NAMES = ("index", "level_0")
 
 
-def _check_no_index_column(scores: np.ndarray, classes: Sequence[str], header: Sequence[str], path: str) -> None:
+def _check_no_index_column(
+    scores: np.ndarray, classes: Sequence[str], header: Sequence[str], path: str, known: Collection[str] = ()
+) -> None:
     """A class column holding 0, 1, 2, ..., N-1 is a leftover index (``df.reset_index()``), not scores; so is one
     named as ``reset_index()`` names it that holds distinct whole numbers (row numbers of a filtered or shuffled
-    frame)."""
+    frame), unless ``known`` (the truth's classes) has a class of that name."""
     if scores.shape[0] < 3:
         return  # two rows scored 0 and 1 are plausible scores
     maybe = np.flatnonzero((scores[0] == 0) & (scores[-1] == scores.shape[0] - 1))
@@ -640,6 +649,7 @@ def _check_no_index_column(scores: np.ndarray, classes: Sequence[str], header: S
         values = scores[:, column]
         if (
             name in _RESET_INDEX_NAMES
+            and name not in known
             and bool(np.all((values >= 0) & (values == np.floor(values))))
             and np.unique(values).size == values.size
         ):

@@ -145,7 +145,10 @@ def read_inputs(
         if not hint:
             raise
         raise CsvFormatError(f"{err}{hint}") from None
-    predictions = [read_predictions(path, text=text) for path, text in zip(pred_paths, texts[1:])]
+    named = set(all_truth.classes or ()).union(*all_truth.labels)
+    predictions = [
+        read_predictions(path, text=text, truth_classes=named) for path, text in zip(pred_paths, texts[1:])
+    ]
     truth = select_rows(all_truth, where)
     if classes_path is not None:
         classes = read_classes(classes_path)
@@ -170,7 +173,8 @@ def read_inputs(
         raise CsvFormatError(
             f"truth file {truth.path!r} has no positive label at all{rows}: lwlrap is undefined without one."
         )
-    _warn_whole_number_columns(first, scores[0], counts)
+    for pred, values in zip(predictions, scores):
+        _warn_whole_number_columns(pred, values, counts, selected=bool(where))
     return Inputs(
         truth=truth,
         truth_rows=len(all_truth.fnames),
@@ -183,21 +187,26 @@ def read_inputs(
     )
 
 
-def _warn_whole_number_columns(pred: Predictions, scores: np.ndarray, counts: np.ndarray) -> None:
-    """Warn of the class columns without a positive label that hold whole numbers other than 0 and 1 alone (a
-    ``fold`` or ``id`` column left in the submission): scored as classes, they lower lwlrap."""
-    suspects = [
-        name
-        for name, values, count in zip(pred.classes, scores.T, counts.tolist())
-        if count == 0 and np.all(values == np.floor(values)) and not np.all((values == 0) | (values == 1))
-    ]
+def _warn_whole_number_columns(pred: Predictions, scores: np.ndarray, counts: np.ndarray, selected: bool) -> None:
+    """Warn of the class columns without a positive label whose values are varied whole numbers (beyond 0 and 1) in
+    a submission whose labelled classes are scored with fractions: a ``fold`` or ``id`` column left in the file,
+    which, scored as a class, can outrank real classes and lower lwlrap. (A submission of whole numbers throughout,
+    ranks say, and constant or infinite columns are no cause.)"""
+    finite = np.isfinite(scores)
+    whole = np.all(finite & (scores == np.floor(np.where(finite, scores, 0.0))), axis=0)
+    labelled = counts > 0
+    if not labelled.any() or whole[labelled].all():
+        return
+    varied = scores.max(axis=0, initial=-np.inf) > np.maximum(scores.min(axis=0, initial=np.inf), 1.0)
+    suspects = [name for name, w, v, c in zip(pred.classes, whole, varied, counts.tolist()) if w and v and c == 0]
     if suspects:
         shown = ", ".join(repr(name) for name in suspects[:5]) + (", ..." if len(suspects) > 5 else "")
         what = f"the column {shown} holds" if len(suspects) == 1 else f"the columns {shown} hold"
+        rows = "scored truth row (--where)" if selected else "truth row"
         warnings.warn(
-            f"prediction file {pred.path!r}: {what} whole numbers, and no truth row has it as a label: scored as a "
-            f"class, it lowers lwlrap. If it is not a class (a fold or id column), drop it, or pass --classes FILE "
-            f"to name the classes.",
+            f"prediction file {pred.path!r}: {what} whole numbers, and no {rows} has it as a label: scored as a "
+            f"class, it may outrank real classes and lower lwlrap. If it is not a class (a fold or id column), drop "
+            f"it, or pass --classes FILE to name the classes.",
             UserWarning,
             stacklevel=2,
         )

@@ -373,7 +373,8 @@ def _positive_int(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-lwlrap compare`` with the parsed arguments; raises :class:`CommandError` for the user to fix."""
-    check_bootstrap_args(args.bootstrap, args.level, "--bootstrap", seed=args.seed, pred_path=args.a, systems=2)
+    check_bootstrap_args(args.bootstrap, args.level, "--bootstrap (--ci)", seed=args.seed, pred_path=args.a,
+                         systems=2)
     if args.plot:
         check_plot_target(args.plot)
     result = compare_files(

@@ -336,8 +336,9 @@ def multilabel_lrap_ci(
     )
     value = _lrap_compute(lrap_sum, weight_sum)
     samples = torch.tensor(target.shape[0] * math.prod(target.shape[2:]), device=device)
-    if sample_weight is not None:
-        samples = (sample_weight != 0).sum() * math.prod(target.shape[2:])
+    if sample_weight is not None:  # (N,): each weighs its sample's frames; (N, T, ...): one weight a sample
+        frames = math.prod(target.shape[2:]) if sample_weight.ndim == 1 else 1
+        samples = (sample_weight != 0).sum() * frames
     low, high = _overall_interval(_lrap_replicates(replicate_lrap, replicate_weight), samples, level)
     return Interval(value, low, high)
 
@@ -403,7 +404,7 @@ def compare_lwlrap(
         results.append(sums + replicates)
     (sum_a, count, rep_sum_a, rep_count), (sum_b, _, rep_sum_b, _) = results
     value_a = _lwlrap_compute(sum_a, count, "weighted")
-    value_b = _lwlrap_compute(sum_b, count, "weighted", warn=False)  # the same labels: value_a has warned
+    value_b = _lwlrap_compute(sum_b, count, "weighted", warn_empty=False)  # the same labels: value_a has warned
     per_class_a = _lwlrap_compute(sum_a, count, "none")
     per_class_b = _lwlrap_compute(sum_b, count, "none")
     def replicates(rep_sum: Tensor, whole_sum: Tensor, average: str) -> Tensor:

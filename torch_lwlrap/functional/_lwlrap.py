@@ -7,13 +7,12 @@ The ``*_update`` functions turn a batch into sum-only statistics (what the metri
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from torch_lwlrap._engine_config import eager_only
+from torch_lwlrap._engine_config import eager_only, warn
 from torch_lwlrap._checks import (
     check_average,
     check_batch_structure,
@@ -130,19 +129,15 @@ def _lwlrap_per_class(precision_sum: Tensor, label_count: Tensor) -> Tuple[Tenso
     return per_class, weights
 
 
-def _lwlrap_compute(precision_sum: Tensor, label_count: Tensor, average: str, warn: bool = True) -> Tensor:
-    """lwlrap from the sums; NaN without a positive label, with a warning unless ``warn`` is False (a second value
+def _lwlrap_compute(precision_sum: Tensor, label_count: Tensor, average: str, warn_empty: bool = True) -> Tensor:
+    """lwlrap from the sums; NaN without a positive label, with a warning unless ``warn_empty`` is False (a second value
     of the same labels, whose first already warned)."""
     if average == "none":
         return _lwlrap_per_class(precision_sum, label_count)[0]
     total = label_count.sum()
     if total == 0:
-        if warn:
-            warnings.warn(
-                "lwlrap is undefined without any positive label: no target was 1 (returning NaN).",
-                UserWarning,
-                stacklevel=3,
-            )
+        if warn_empty:
+            warn("lwlrap is undefined without any positive label: no target was 1 (returning NaN).")
         return torch.full((), math.nan, dtype=torch.float64, device=precision_sum.device)
     if average == "weighted":
         return precision_sum.sum() / total.to(torch.float64)
@@ -277,11 +272,7 @@ def _lrap_per_sample(sums: RankingSums) -> Tensor:
 
 def _lrap_compute(lrap_sum: Tensor, weight_sum: Tensor) -> Tensor:
     if weight_sum == 0:
-        warnings.warn(
-            "LRAP is undefined without samples (or with a total sample weight of 0): returning NaN.",
-            UserWarning,
-            stacklevel=3,
-        )
+        warn("LRAP is undefined without samples (or with a total sample weight of 0): returning NaN.")
         return torch.full((), math.nan, dtype=torch.float64, device=lrap_sum.device)
     return lrap_sum / weight_sum
 

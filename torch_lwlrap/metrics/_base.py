@@ -304,8 +304,9 @@ class TaggedMetric(Metric):
         first, so a rejected batch (or a call with the wrong arguments) raises before anything changes, and the
         accumulated states are kept.
         """
-        bound = _update_signature(type(self)).bind(self, *args, **kwargs)
-        _check_device(self, next(iter(list(bound.arguments.values())[1:]), None))
+        _update_signature(type(self)).bind(self, *args, **kwargs)  # a call with the wrong arguments raises here
+        name, first = _first_argument(self, args, kwargs)
+        _check_device(self, first, name)
         self._check_batch(*args, **kwargs)
         if self.full_state_update or self.full_state_update is None or self.dist_sync_on_step:
             # That forward updates the accumulated states, keeps them aside and updates emptied ones: updates add
@@ -578,9 +579,22 @@ def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Di
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _update_signature(cls: type) -> inspect.Signature:
-    """The arguments ``update`` takes (the class's own function: torchmetrics wraps each instance's)."""
-    return inspect.signature(cls.update)
+    """The arguments ``update`` takes (the class's own function: torchmetrics wraps each instance's); where
+    ``update`` passes ``*args`` on to ``_sums`` (the rank-agreement metrics), those of ``_sums``."""
+    signature = inspect.signature(cls.update)
+    passes_on = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values())
+    return inspect.signature(cls._sums) if passes_on and hasattr(cls, "_sums") else signature
+
+
+def _first_argument(metric: Metric, args: tuple, kwargs: dict) -> Tuple[str, Any]:
+    """``(name, value)`` of the batch's first argument in a call of ``metric.update`` (``preds``, ``preds_a``);
+    the arguments are not checked here (the input gate does that)."""
+    names = [name for name in _update_signature(type(metric)).parameters if name != "self"]
+    if not names:
+        return "preds", None
+    return names[0], args[0] if args else kwargs.get(names[0])
 
 
 def _check_device(metric: Metric, preds: Any, name: str = "preds") -> None:

@@ -8,7 +8,6 @@ counts) with ``dist_reduce_fx="sum"``, named after its metric, after the constan
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -28,6 +27,7 @@ from torch_lwlrap._checks import (
 from torch_lwlrap.metrics._base import (
     TaggedMetric,
     _check_device,
+    _first_argument,
     _synced,
     choice_option,
     int_option,
@@ -67,8 +67,8 @@ class _SumMetric(TaggedMetric):
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Add a batch. A rejected batch raises before anything changes: the state keeps the batches accumulated
         before it."""
-        first = next(iter(inspect.signature(self._sums).parameters))  # preds, or preds_a
-        _check_device(self, args[0] if args else kwargs.get(first), first)
+        name, first = _first_argument(self, args, kwargs)
+        _check_device(self, first, name)
         self._add_sums(self._sums(*args, **kwargs))
 
     def plot(self, val: Optional[Any] = None, ax: Optional[Any] = None) -> Tuple[Any, Any]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from torch_lwlrap._engine_config import warn
 from torch_lwlrap._checks import (
     TIES,
     check_average,
@@ -202,12 +202,10 @@ class _Bootstrap:
             replicates = self._replicates()
             class_counts = self._class_counts()
         if replicates.numel() and bool(torch.isnan(replicates).all()):
-            warnings.warn(
+            warn(
                 f"{type(self).__name__}.confidence_interval() is undefined, (nan, nan): no bootstrap replicate holds "
                 f"a positive label (or a sample) yet. Call it after `update` has seen batches with positive labels, "
-                f"as for `compute()`.",
-                UserWarning,
-                stacklevel=2,
+                f"as for `compute()`."
             )
         if class_counts is None:
             return _bootstrap.percentile_interval(replicates, level)
@@ -372,11 +370,9 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             tensor(0.7917, dtype=torch.float64)
         """
         if self._update_count == 0:
-            warnings.warn(
+            warn(
                 f"The ``per_class`` method of metric {type(self).__name__} was called before the ``update`` method: "
-                f"no class has a positive label yet (NaN per class).",
-                UserWarning,
-                stacklevel=2,
+                f"no class has a positive label yet (NaN per class)."
             )
         with _synced(self):
             return _lwlrap_per_class(self.precision_sum, self.label_count)

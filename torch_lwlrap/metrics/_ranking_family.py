@@ -7,12 +7,12 @@ with ``dist_reduce_fx="sum"``, named after its metric so that a ``MetricCollecti
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from torch_lwlrap._engine_config import warn
 from torch_lwlrap._checks import check_empty_target, check_ignore_index, check_num_labels
 from torch_lwlrap._options import check_names
 from torch_lwlrap._rank_reductions import (
@@ -337,11 +337,9 @@ class MultilabelRankingMetrics(_RankingMetric):
         ignored = [f"k={k!r}"] if ks != _DEFAULT_KS else []
         ignored += [f"retrieval_metrics={retrieval_metrics!r}"] if chosen != RETRIEVAL_METRICS else []
         if ignored and not retrieval:
-            warnings.warn(
+            warn(
                 f"MultilabelRankingMetrics: {' and '.join(ignored)} apply to the 'retrieval' metrics, which `metrics` "
-                f"does not include ({', '.join(names)}): ignored; add 'retrieval' to `metrics` to compute them.",
-                UserWarning,
-                stacklevel=2,
+                f"does not include ({', '.join(names)}): ignored; add 'retrieval' to `metrics` to compute them."
             )
         spec = RankingSpec(names, check_rank_ties(ties), ks if retrieval else (), chosen if retrieval else ())
         self._setup(num_labels, spec, ignore_index, validate_args, empty_target)

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from torch_lwlrap import _bootstrap_kernel, _dispatch
-from torch_lwlrap._engine_config import chunk_elements
+from torch_lwlrap._engine_config import chunk_elements, warn
 from torch_lwlrap._options import whole_number
 from torch_lwlrap._poisson import POISSON_THRESHOLDS
 
@@ -276,13 +275,11 @@ def percentile_interval(replicates: Tensor, level: float) -> Tuple[Tensor, Tenso
     tail = (1.0 - level) / 2.0
     needed = min_replicates(level)
     if 0 < replicates.shape[0] < needed:
-        warnings.warn(
+        warn(
             f"A {level:g} percentile interval from {replicates.shape[0]} bootstrap replicate(s) is degenerate: each "
             f"tail holds {replicates.shape[0] * tail:.3g} of a replicate, so the bounds are interpolated between the "
             f"most extreme replicates (one replicate gives an interval of width 0). Use at least {needed} replicates "
-            f"(num_bootstrap, or --bootstrap/--ci on the command line); 1000 or more is usual.",
-            UserWarning,
-            stacklevel=3,
+            f"(num_bootstrap, or --bootstrap/--ci on the command line); 1000 or more is usual."
         )
     q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64, device=replicates.device)
     if replicates.shape[0] == 0:
