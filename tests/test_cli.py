@@ -598,6 +598,10 @@ def test_compare_takes_ci_as_score_does(tmp_path, capsys):
     assert results[0] == results[1] and results[0]["num_bootstrap"] == 50
     code, out, _ = run_main(capsys, "compare", *files, "--ci", "--json")
     assert code == 0 and json.loads(out)["num_bootstrap"] == 1000
+    code, out, err = run_main(capsys, "compare", *files, "--ci", "0")
+    assert (code, out) == (2, "") and "--ci takes a number of bootstrap replicates >= 1" in err
+    code, out, err = run_main(capsys, "compare", *files, "--ci", "50", "--bootstrap", "60")
+    assert (code, out) == (2, "") and "--ci 50 and --bootstrap 60 both set the replicates: give one" in err
 
 
 def test_quoted_line_breaks_that_hold_no_rows_still_read(tmp_path, capsys):

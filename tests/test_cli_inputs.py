@@ -149,7 +149,7 @@ def test_compare_report_names_the_files_and_says_replicates(two_systems):
     assert f"A            {folder / 'a.csv'} (20 rows outside the selection ignored)" in out
     assert "ties         --ties expected" in out
     _, usage, _ = cli("compare", "--help")
-    assert "--bootstrap [N]" in usage and "--bootstrap B" not in usage
+    assert "--bootstrap N" in usage and "--ci [N]" in usage and "--bootstrap B" not in usage
 
 
 def test_compare_plot_title_names_both_files(two_systems, monkeypatch, capsys):

@@ -335,14 +335,10 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "b", metavar="B.csv", help="submission of system B, the same fnames and classes as A ('-': standard input)"
     )
     parser.add_argument(
-        "--bootstrap",
-        "--ci",
-        metavar="N",
-        nargs="?",
-        type=int,
-        const=1000,
-        default=1000,
-        help="bootstrap replicates (default 1000); --ci N as in `score` means the same",
+        "--bootstrap", metavar="N", type=int, default=None, help="bootstrap replicates (default 1000)"
+    )
+    parser.add_argument(
+        "--ci", metavar="N", nargs="?", type=int, const=1000, help="the same as --bootstrap N, as `score` spells it"
     )
     parser.add_argument("--level", type=float, default=0.95, help="the interval's coverage (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
@@ -373,8 +369,11 @@ def _positive_int(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-lwlrap compare`` with the parsed arguments; raises :class:`CommandError` for the user to fix."""
-    check_bootstrap_args(args.bootstrap, args.level, "--bootstrap (--ci)", seed=args.seed, pred_path=args.a,
-                         systems=2)
+    if args.ci is not None and args.bootstrap is not None:
+        raise CommandError(f"--ci {args.ci} and --bootstrap {args.bootstrap} both set the replicates: give one.")
+    option, given = ("--bootstrap", args.bootstrap) if args.ci is None else ("--ci", args.ci)
+    args.bootstrap = 1000 if given is None else given
+    check_bootstrap_args(args.bootstrap, args.level, option, seed=args.seed, pred_path=args.a, systems=2)
     if args.plot:
         check_plot_target(args.plot)
     result = compare_files(
