@@ -578,3 +578,15 @@ def test_score_plot_with_ci_draws_each_class_interval(tmp_path, monkeypatch, cap
         x, y = text.get_position()
         assert x > min(ci[names[round(y)]][1], 1.0), (names[round(y)], text.get_text())
     assert ax.get_legend() is None and "bootstrap interval (100 replicates)" in ax.get_xlabel()
+
+
+def test_too_many_replicates_are_refused_up_front_for_a_compressed_submission(tmp_path):
+    # The memory check read the header of plain files only: a .gz submission went on to the allocation.
+    fnames, scores, target = arrays(6, num_rows=20)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "sub.csv.gz", index=False)
+    err = cli_error("score", tmp_path / "truth.csv", tmp_path / "sub.csv.gz", "--ci", str(10**12))
+    assert f"--ci {10**12} needs about" in err and f"x {len(CLASSES)} classes" in err and "use fewer replicates" in err
+    err = cli_error("compare", tmp_path / "truth.csv", tmp_path / "sub.csv.gz", tmp_path / "sub.csv.gz",
+                    "--bootstrap", str(10**12))
+    assert "needs about" in err and "2 submissions" in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import gzip
 import math
 import os
 import sys
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from torch_lwlrap.cli._environment import available_memory, bootstrap_bytes, format_bytes
-from torch_lwlrap.cli._files import CommandError, CsvFormatError
+from torch_lwlrap.cli._files import GZIP_MAGIC, STDIN, CommandError, CsvFormatError
 
 __all__ = [
     "ReportSection",
@@ -264,12 +265,17 @@ def check_bootstrap_args(
 
 
 def _count_classes(pred_path: str) -> Optional[int]:
-    """The number of score columns in the header of a prediction file; None if it cannot be read (the reader
-    reports that file later, with more detail)."""
+    """The number of score columns in the header of a prediction file, gzip-compressed or not; None if it cannot be
+    read (the reader reports that file later, with more detail) or is standard input (read once, later)."""
+    if pred_path == STDIN:
+        return None
     try:
-        with open(pred_path, newline="", encoding="utf-8-sig") as handle:
+        with open(pred_path, "rb") as raw:
+            compressed = raw.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+        opener = gzip.open if compressed else open
+        with opener(pred_path, "rt", newline="", encoding="utf-8-sig") as handle:
             header = next(csv.reader(handle), None)
-    except (OSError, UnicodeDecodeError, csv.Error):
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error):
         return None
     return len(header) - 1 if header else None
 
