@@ -502,3 +502,32 @@ def test_an_lrap_interval_counts_frames_of_per_frame_weights_once():
     assert not torch.isnan(two.low)
     frames = lrap_ci(preds, target, sample_weight=torch.tensor([1.0]), num_bootstrap=200, seed=0)
     assert not torch.isnan(frames.low)  # (N,) weights weigh each of the sample's 3 frames
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning")
+def test_the_metrics_reading_methods_inside_a_compiled_step_give_their_eager_values():
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(40, NUM_CLASSES, generator=g)
+    y = (torch.rand(40, NUM_CLASSES, generator=g) < 0.3).long()
+    lwlrap = torch_lwlrap.MultilabelLWLRAP(NUM_CLASSES, num_bootstrap=50, bootstrap_seed=0)
+    ties = torch_lwlrap.MultilabelTieReport(NUM_CLASSES)
+    correlation = torch_lwlrap.MultilabelRankCorrelation(NUM_CLASSES)
+    lwlrap.update(logits, y)
+    ties.update(logits.round(), y)
+    correlation.update(logits, torch.cat([logits[:5].clamp(max=0) * 0, logits[5:]]))  # 5 constant rows
+
+    def read():
+        return (lwlrap.per_class(), lwlrap.confidence_interval(), lwlrap.bootstrap_samples(),
+                correlation.constant_rows(), ties.report())
+
+    got, want = torch.compile(read, backend="eager")(), read()
+    # each runs eagerly there (a graph break), as update, forward and compute do: dynamo never traces its reads
+    from torch_lwlrap._engine_config import eager_only
+
+    wrapper = eager_only(len).__code__
+    for method in (lwlrap.per_class, lwlrap.confidence_interval, lwlrap.bootstrap_samples,
+                   correlation.constant_rows, ties.report, lwlrap.forward, lwlrap.update, lwlrap.compute):
+        assert method.__code__ is wrapper, method
+    for a, b in zip(got[:4], want[:4]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    assert got[4] == want[4] and int(got[3]) == 5

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
+from torch_lwlrap._engine_config import eager_only
 from torch_lwlrap._checks import (
     check_empty_target,
     check_gain,
@@ -209,6 +210,7 @@ class MultilabelRankCorrelation(_SumMetric):
         """The mean correlation over the accumulated samples that have one, float64; NaN if none has."""
         return _ratio(self.rank_correlation_sum, self.rank_correlation_count)
 
+    @eager_only
     def constant_rows(self) -> Tensor:
         """int64: the accumulated samples left out of the mean because a row is constant, over every process (synced
         as :meth:`compute` syncs)."""

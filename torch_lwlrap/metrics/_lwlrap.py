@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Uni
 import torch
 from torch import Tensor
 
-from torch_lwlrap._engine_config import warn
+from torch_lwlrap._engine_config import eager_only, warn
 from torch_lwlrap._checks import (
     TIES,
     check_average,
@@ -182,6 +182,7 @@ class _Bootstrap:
                 f"with `num_bootstrap=1000` (and a `bootstrap_seed` to repeat the interval) to get an interval."
             )
 
+    @eager_only
     def bootstrap_samples(self) -> Tensor:
         """The ``B`` bootstrap replicates of :meth:`compute` (synced across processes as ``compute`` is):
         ``(B,)``, or ``(B, C)`` per class. A replicate that drew no positive label (of a class, per class) is NaN;
@@ -190,6 +191,7 @@ class _Bootstrap:
         with _synced(self):
             return self._replicates()
 
+    @eager_only
     def confidence_interval(self, level: float = 0.95) -> Tuple[Tensor, Tensor]:
         """``(low, high)``: the bootstrap percentile interval of :meth:`compute` at ``level`` (per class too: NaN for
         a class with fewer than two positive labels, whose replicates would all be one number).
@@ -349,6 +351,7 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         """
         return _lwlrap_compute(self.precision_sum, self.label_count, self.average)
 
+    @eager_only
     def per_class(self) -> Tuple[Tensor, Tensor]:
         """``(per_class, weights)``: per-class lwlrap (NaN without positive) and each class's share of labels, over
         every process's batches (synced as :meth:`compute` is; before any update, NaN and 0 with compute's warning).
@@ -622,6 +625,7 @@ class MultilabelTieReport(TaggedMetric):
             )
         return self._plot(val, ax)
 
+    @eager_only
     def report(self) -> TieReport:
         """The :class:`~torch_lwlrap.TieReport` of all accumulated batches (synced across processes as
         :meth:`compute` is; reads the values on the host)."""
