@@ -52,8 +52,6 @@ def values_only(value):
     return value.resolve_neg().resolve_conj() if value.is_neg() or value.is_conj() else value
 
 
-
-
 def user_call() -> str:
     """How the user called into the package, for an error that tells them how to call it: the outermost call of a
     :mod:`torch_lwlrap` function or method below the first frame outside the library, written as a call with the
@@ -373,8 +371,8 @@ def check_batch_values(
     nan_later: bool = False,
 ) -> None:
     """The gate's value checks of a batch that passed :func:`check_batch_structure` (with ``validate_args``: one
-    host-device sync)."""
-    if check_flag("validate_args", validate_args):
+    host-device sync; the flag itself was checked by :func:`check_batch_structure`)."""
+    if validate_args:
         _check_values(preds, target, ignore_index, sample_weight, not (nan_later and numba_path), numba_path)
 
 

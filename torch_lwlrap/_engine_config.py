@@ -1,6 +1,7 @@
 """The engine setting: which ranking path runs (``use_engine`` in code, ``TORCH_LWLRAP_ENGINE`` in the environment)
-and the chunk size tests and benchmarks force. Pure Python: every layer reads it, and the command line checks the
-variable before it imports torch.
+and the chunk size tests and benchmarks force; and how every public entry meets the engines from outside: run
+eagerly inside ``torch.compile`` (:func:`eager_only`), warnings at the user's line (:func:`warn`). Pure Python:
+every layer reads it, and the command line checks the variable before it imports torch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch_lwlrap._options import ENGINES, whole_number
 
 __all__ = [
     "BUDGETS", "ENGINES", "ENGINE_VARIABLE", "chunk_elements", "compiled_cpu_allowed", "eager_only",
-    "forced_chunk_elements", "get_engine", "use_engine",
+    "forced_chunk_elements", "get_engine", "use_engine", "warn",
 ]
 
 #: Environment variable that selects the engine path without code changes (read when ranking).
