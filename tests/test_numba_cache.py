@@ -94,3 +94,30 @@ def test_every_module_with_compiled_code_is_among_the_kernel_sources():
     # ... and the modules they take constants from, which compile into the kernels' code.
     assert {"_engine_config.py", "_kernel_contract.py", "_poisson.py"} <= sources
     assert not sources & {"_dispatch.py", "_ranking.py", "doctor.py", "__init__.py"}
+
+
+def test_another_numba_version_clears_the_cache(tmp_path, monkeypatch):
+    # CI's lowest-versions step (numba 0.59.1) shares the checkout's __pycache__ with numba 0.68.1: it loaded a file
+    # of the newer numba ("Opaque pointers are only supported in -opaque-pointers mode"). The versions are in the
+    # fingerprint, so the other version's files are removed before anything loads them.
+    package = tmp_path / "fakepkg"
+    package.mkdir()
+    for name, text in PACKAGE.items():
+        (package / name).write_text(text)
+    assert _run(tmp_path) == (False, 3)
+    assert _run(tmp_path) == (False, 3)  # the same numba: the cache stays
+    stamp = next((package / "__pycache__").glob("fakepkg.kernel-sources.sha256"))
+    mine = stamp.read_text()
+    monkeypatch.setattr(_numba_runtime.numba, "__version__", "0.1.0")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import fakepkg.kernels as kernels  # the other version's import: this version's files go
+        other, cleared = stamp.read_text(), kernels.CLEARED
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [name for name in sys.modules if name == "fakepkg" or name.startswith("fakepkg.")]:
+            del sys.modules[name]
+    assert other != mine and cleared
+    assert not list((package / "__pycache__").glob("kernels.value*.nbc"))
+    assert _run(tmp_path) == (False, 3)  # back to this numba: compiled again, its own fingerprint written
+    assert stamp.read_text() == mine

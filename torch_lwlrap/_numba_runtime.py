@@ -111,11 +111,21 @@ def kernel_sources(directory: Path, package: str) -> List[Path]:
     return [directory / f"{name}.py" for name in sorted(sources)]
 
 
+def _llvmlite_version() -> str:
+    try:
+        import llvmlite  # installed with numba
+
+        return llvmlite.__version__
+    except ImportError:  # pragma: no cover
+        return "none"
+
+
 def clear_stale_cache(anchor: Callable, package: str) -> bool:
     """Remove numba's cached kernels of ``package`` when any of their sources (:func:`kernel_sources`, in the folder
     of ``anchor``'s file) changed since they were cached; returns whether it removed any.
 
-    The fingerprint of the sources (SHA-256 of their names and contents) is kept beside the cache files, in the
+    The fingerprint of the sources (SHA-256 of their names and contents, and of the numba and llvmlite versions) is
+    kept beside the cache files, in the
     folder numba caches ``anchor``'s module in (``__pycache__``, ``NUMBA_CACHE_DIR`` or the user's cache folder:
     the same for every module of the folder). Processes that start at once may both remove the cache; each then
     compiles what it needs. A folder that cannot be read or written leaves the cache as it is.
@@ -127,6 +137,9 @@ def clear_stale_cache(anchor: Callable, package: str) -> bool:
 
         cache_dir = Path(FunctionCache(anchor)._cache_path)
         digest = hashlib.sha256()
+        # The compilers too: a checkout shared by environments of two numba (or llvmlite) versions must not load the
+        # other's files, whose bitcode an older LLVM cannot parse (seen with numba 0.59.1 after 0.68.1).
+        digest.update(f"numba {numba.__version__} llvmlite {_llvmlite_version()}\0".encode())
         for path in kernel_sources(Path(inspect.getfile(anchor)).resolve().parent, package):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
         fingerprint = digest.hexdigest()
