@@ -256,6 +256,18 @@ def test_plot_writes_png(tmp_path, capsys):
     assert data[:8] == PNG_SIGNATURE
 
 
+@pytest.mark.parametrize("command", ["score", "compare"])
+def test_plot_without_a_format_names_the_file_written(tmp_path, capsys, command):
+    """``--plot chart``: matplotlib adds ``.png``; the report names that file, not the one asked for."""
+    truth, pred, *_ = shuffled_files(tmp_path, 7)
+    preds = [pred] if command == "score" else [pred, pred]
+    code, out, err = run_main(capsys, command, truth, *preds, "--plot", tmp_path / "chart")
+    assert (code, err) == (0, "")
+    assert out.rstrip().endswith(f"per-class chart written to {tmp_path / 'chart.png'}"), out
+    assert (tmp_path / "chart.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert not (tmp_path / "chart").exists()
+
+
 def test_version_and_help(capsys):
     code, out, _ = run_main(capsys, "--version")
     assert code == 0
@@ -267,14 +279,29 @@ def test_version_and_help(capsys):
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [[], ["score"], ["score", "only_truth.csv"], ["score", "t.csv", "p.csv", "--ties", "min"], ["rank", "a", "b"]],
+    "argv, command, words",
+    [
+        ([], "torch-lwlrap", ["required: COMMAND"]),
+        (["score"], "torch-lwlrap score", ["required: TRUTH.csv, PRED.csv"]),
+        (["score", "only_truth.csv"], "torch-lwlrap score", ["required: PRED.csv"]),
+        (["score", "t.csv", "p.csv", "--ties", "min"], "torch-lwlrap score", ["--ties", "'min'", "'expected'"]),
+        (["rank", "a", "b"], "torch-lwlrap", ["invalid choice: 'rank'", "'compare'"]),
+        # an option of another subcommand is named by the subcommand it was given to
+        (["compare", "t.csv", "a.csv", "b.csv", "--top", "3"], "torch-lwlrap compare",
+         ["unrecognized arguments: --top 3"]),
+        # `--ci` before the files takes the truth file as its count: the message says where it goes
+        (["score", "--ci", "t.csv", "p.csv"], "torch-lwlrap score", ["--ci", "'t.csv'", "after the files"]),
+        (["compare", "t.csv", "a.csv", "b.csv", "--agreement", "0"], "torch-lwlrap compare", ["--agreement", "'0'"]),
+    ],
 )
-def test_usage_errors_exit_2(capsys, argv):
+def test_usage_errors_exit_2(capsys, argv, command, words):
+    """A bad argument is one line on stderr, as a bad file is: the command, what was wrong, where to read more."""
     code, out, err = run_main(capsys, *argv)
-    assert code == 2
-    assert out == ""
-    assert "usage:" in err and "Traceback" not in err
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith(f"{command}: error: "), err
+    assert err.rstrip().endswith(f"(see {command} --help)"), err
+    for word in words:
+        assert word in err, (word, err)
 
 
 def test_python_dash_m_subprocess(tmp_path, capsys):
@@ -419,6 +446,14 @@ def test_plot_errors(tmp_path, capsys, monkeypatch):
     check_one_line_error(
         *run_main(capsys, "score", truth, pred, "--plot", bad_target), ["does not exist", "no_such_folder"]
     )  # checked before the scoring, whose report the error would otherwise throw away
+    # A folder, or a format matplotlib does not write, is refused before scoring too (the format had failed after it)
+    check_one_line_error(
+        *run_main(capsys, "score", truth, pred, "--plot", tmp_path), ["that is a folder", "per_class.png"]
+    )
+    check_one_line_error(
+        *run_main(capsys, "compare", truth, pred, pred, "--plot", tmp_path / "chart.xyz"), ["'.xyz'", ".png", ".svg"]
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["pred.csv", "truth.csv"]
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     check_one_line_error(*run_main(capsys, "score", truth, pred, "--plot", tmp_path / "x.png"), ["matplotlib"])
     assert not (tmp_path / "x.png").exists()

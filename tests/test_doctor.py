@@ -103,6 +103,20 @@ def test_doctor_through_the_command_line_prints_the_tables(small_timing, capsys)
     assert all(row[3] == "yes" for row in rows)
 
 
+def test_the_command_line_and_the_module_take_the_same_doctor_options(small_timing, capsys):
+    """``torch-lwlrap doctor`` and ``python -m torch_lwlrap.doctor`` define their options apart (the command line's
+    parser imports no torch): the two must not drift. ``--no-timing`` checks values without timings in both."""
+    def options(parser):
+        return sorted(option for action in parser._actions for option in action.option_strings)
+
+    commands = next(action for action in cli.build_parser()._actions if action.dest == "command").choices
+    assert options(commands["doctor"]) == options(doctor.build_parser())
+    assert cli.main(["doctor", "--json", "--no-timing"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["checks"]
+    assert all("steady s" not in check and check["path"] in ("numba", "triton", "sort", "count") for check in report["checks"])
+
+
 def test_a_planted_disagreement_gives_a_non_zero_exit_status(small_timing, monkeypatch, capsys):
     ranking_sums = functional.ranking_sums
 

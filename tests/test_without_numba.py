@@ -57,3 +57,68 @@ def test_every_module_imports_and_the_tie_rules_run_without_numba():
         assert report["label_count"] == here["label_count"] and report["tied_label_count"] == here["tied_label_count"]
         for key in ("lwlrap_max", "lwlrap_expected", "lwlrap_best", "lwlrap_worst"):
             assert abs(report[key] - here[key]) <= 1e-12, key
+
+
+# numba installed but its threads cannot start (NUMBA_THREADING_LAYER=tbb without tbb): numba's launch is made to
+# fail as it does there, so the test does not hang on what this machine has installed.
+THREADS_CHILD = r"""
+import json, sys, warnings
+from numba.np.ufunc import parallel
+def launch(*args, **kwargs):
+    raise ValueError("No threading layer could be loaded. HINT: Intel TBB is required")
+parallel._launch_threads = launch
+import torch
+import torch_lwlrap as tl
+from torch_lwlrap import _numba_runtime
+generator = torch.Generator().manual_seed(5)
+preds = torch.randn(1500, 700, generator=generator)  # past the size at which the kernels take threads
+target = (torch.rand(1500, 700, generator=generator) < 0.01).long()
+reference = preds[:, torch.randperm(700, generator=generator)] + 0.1 * preds
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    got = {"lwlrap": tl.multilabel_lwlrap(preds, target).item(),
+           "kendall": tl.multilabel_rank_correlation(preds, reference, method="kendall").item()}
+    again = tl.multilabel_lwlrap(preds, target).item()
+with tl.use_engine("sort"):
+    expected = {"lwlrap": tl.multilabel_lwlrap(preds, target).item(),
+                "kendall": tl.multilabel_rank_correlation(preds, reference, method="kendall").item()}
+print(json.dumps({"got": got, "again": again, "expected": expected, "failure": _numba_runtime.threads_failure,
+                  "warnings": [(w.category.__name__, str(w.message), w.filename) for w in seen]}))
+"""
+
+
+def test_numba_threads_that_cannot_start_fall_back_to_one_thread_with_one_warning():
+    done = subprocess.run([sys.executable, "-c", THREADS_CHILD], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["failure"] is None:  # one core: nothing asked for threads
+        assert torch.get_num_threads() < 2
+        return
+    for name, value in result["expected"].items():
+        assert abs(result["got"][name] - value) <= 1e-12, name
+    assert result["again"] == result["got"]["lwlrap"]
+    assert "No threading layer could be loaded" in result["failure"]
+    (category, message, filename), = result["warnings"]  # once, not at every call
+    assert category == "RuntimeWarning" and filename == "<string>"  # at the user's line
+    assert "numba's threads could not start" in message and "NUMBA_THREADING_LAYER" in message
+
+
+def test_a_numba_that_fails_at_import_leaves_the_command_line_and_the_doctor_working(tmp_path):
+    """``NUMBA_NUM_THREADS=0`` makes ``import numba`` raise ValueError (not ImportError): the library takes the torch
+    paths, and the command line's compile notice and the doctor had crashed on it."""
+    truth, pred = ROOT / "examples" / "data" / "sample_truth.csv", ROOT / "examples" / "data" / "sample_submission.csv"
+    env = {**__import__("os").environ, "NUMBA_NUM_THREADS": "0"}
+    command = [sys.executable, "-m", "torch_lwlrap"]
+    broken = subprocess.run([*command, "score", str(truth), str(pred), "--json"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert broken.returncode == 0 and "Traceback" not in broken.stderr, broken.stderr[-3000:]
+    working = subprocess.run([*command, "score", str(truth), str(pred), "--json"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+    assert json.loads(broken.stdout)["lwlrap"] == json.loads(working.stdout)["lwlrap"]
+    doctor = subprocess.run([*command, "doctor", "--json", "--no-timing"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert doctor.returncode == 0, doctor.stderr[-3000:]
+    report = json.loads(doctor.stdout)
+    assert report["versions"]["numba"].startswith("fails to import (ValueError"), report["versions"]
+    assert all(check["path"] != "numba" for check in report["checks"])

@@ -14,7 +14,7 @@ from typing import Iterator, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _dispatch, _engine_config
+from torch_lwlrap import _dispatch, _engine_config, _user_frames
 from torch_lwlrap._kernel_contract import KERNEL_TIES, SCORE_DTYPES, check_kernel_args  # noqa: F401 - re-exported
 from torch_lwlrap._options import (  # noqa: F401 - the option checks, re-exported: every layer imports them from here
     AVERAGES,
@@ -60,7 +60,7 @@ def user_call() -> str:
     ```metric(...)``` for its ``forward``). Read on the error path only.
     """
     frame, outermost = sys._getframe(1), None
-    while frame is not None and _engine_config.in_library(frame):
+    while frame is not None and _user_frames.in_library(frame):
         in_package = frame.f_globals.get("__name__", "").startswith("torch_lwlrap")
         if in_package and not _engine_config.is_eager_wrapper(frame):
             outermost = frame

@@ -44,9 +44,9 @@ from torch_lwlrap._engine_config import (
     engine_forced_by_block,
     forced_chunk_elements,
     get_engine,
-    warn,
 )
 from torch_lwlrap._torch_paths import choose_engine
+from torch_lwlrap._user_frames import warn
 
 __all__ = [
     "EngineFallbackWarning", "compiled_cpu_pass", "ranking_backend", "ranking_kernel", "reasons", "torch_path",

@@ -1,7 +1,8 @@
 """The engine setting: which ranking path runs (``use_engine`` in code, ``TORCH_LWLRAP_ENGINE`` in the environment)
 and the chunk size tests and benchmarks force; and how every public entry meets the engines from outside: run
-eagerly inside ``torch.compile`` (:func:`eager_only`), warnings at the user's line (:func:`warn`). Pure Python:
-every layer reads it, and the command line checks the variable before it imports torch.
+eagerly inside ``torch.compile`` (:func:`eager_only`). Warnings at the user's line live in
+:mod:`torch_lwlrap._user_frames`. Pure Python: every layer reads it, and the command line checks the variable before
+it imports torch.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ import contextvars
 import functools
 import os
 import sys
-import warnings
 from typing import Callable, Iterator, Optional, Tuple, TypeVar
 
 from torch_lwlrap._options import ENGINES, whole_number
 
 __all__ = [
     "BUDGETS", "ENGINES", "ENGINE_VARIABLE", "chunk_elements", "compiled_cpu_allowed", "eager_only",
-    "forced_chunk_elements", "get_engine", "use_engine", "warn",
+    "forced_chunk_elements", "get_engine", "is_eager_wrapper", "use_engine",
 ]
 
 #: Environment variable that selects the engine path without code changes (read when ranking).
@@ -101,29 +101,10 @@ def eager_only(func: _Func) -> _Func:
     return call  # type: ignore[return-value]
 
 
-#: Modules whose frames sit between a user's call and the package's checks and warnings: the package, torchmetrics
-#: and torch (a metric's ``forward`` and ``update`` are called through them, a compiled step through dynamo).
-LIBRARY_MODULES = ("torch_lwlrap", "torchmetrics", "torch", "contextlib", "functools")
-
-
-def in_library(frame) -> bool:
-    """Whether ``frame`` runs code of :data:`LIBRARY_MODULES`."""
-    return frame.f_globals.get("__name__", "").split(".")[0] in LIBRARY_MODULES
-
-
 def is_eager_wrapper(frame) -> bool:
     """Whether ``frame`` runs :func:`eager_only`'s wrapper, which a message naming the user's call looks past: any
     frame of this module (under ``torch.compile`` dynamo runs the wrapper as other code, named after it)."""
     return frame.f_globals.get("__name__") == __name__
-
-
-def warn(message: str, category: type = UserWarning) -> None:
-    """``warnings.warn`` at the user's line: the first frame outside :data:`LIBRARY_MODULES`, however many of the
-    package's frames (:func:`eager_only`'s wrapper, a metric's method through torchmetrics') are between."""
-    frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and in_library(frame):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
 
 
 def engine_forced_by_block() -> bool:

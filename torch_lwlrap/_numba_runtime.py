@@ -44,6 +44,8 @@ from typing import Callable, List, NamedTuple, Optional
 
 import torch
 
+from torch_lwlrap._user_frames import warn
+
 try:  # numba is an optional dependency (the "cpu" extra)
     import numba
     from numba import njit, prange
@@ -167,8 +169,12 @@ PARALLEL_MIN_SCORES_PER_THREAD = 1 << 18
 #: Held by the thread inside a parallel region; others run the serial variants meanwhile.
 _parallel_lock = threading.Lock()
 
-#: True in a child forked after numba's threads started in its parent: only serial variants run there.
+#: True in a child forked after numba's threads started in its parent, or where they cannot start: only serial
+#: variants run there.
 _serial_only = False
+
+#: Why numba's threads could not start in this process (then only serial variants run), or None.
+threads_failure: Optional[str] = None
 
 
 def _threads_started() -> bool:
@@ -179,6 +185,28 @@ def _threads_started() -> bool:
         return bool(parallel._is_initialized)
     except Exception:  # pragma: no cover - numba internals moved
         return True
+
+
+def _start_threads() -> bool:
+    """Start numba's threads for a first parallel region. Where they cannot start (``NUMBA_THREADING_LAYER`` names a
+    layer that is not installed, say), warn once and run only the serial variants from then on: the same values, on
+    one thread, instead of numba's error from inside every call."""
+    global _serial_only, threads_failure
+    try:
+        from numba.np.ufunc import parallel
+
+        parallel._launch_threads()
+        return True
+    except Exception as err:
+        _serial_only = True
+        threads_failure = f"{type(err).__name__}: {' '.join(str(err).split())}"
+        warn(
+            f"torch_lwlrap: numba's threads could not start ({threads_failure}). The CPU kernels run on one thread in "
+            f"this process: the values are the same, but large batches are slower. To fix it, install the threading "
+            f"layer that NUMBA_THREADING_LAYER names, or unset that variable.",
+            RuntimeWarning,
+        )
+        return False
 
 
 def _after_fork_in_child() -> None:
@@ -207,6 +235,8 @@ def threads_for(scores: int) -> int:
     if _serial_only or numba is None:
         return 1
     limit = min(torch.get_num_threads(), _numba_threads(), scores // PARALLEL_MIN_SCORES_PER_THREAD)
+    if limit > 1 and not _threads_started() and not _start_threads():
+        return 1
     return max(1, limit)
 
 

@@ -37,6 +37,9 @@ RTOL = 1e-12
 #: Steady-state sizes ``(N, C)`` per device type.
 TIMING_SIZES = {"cpu": (20_000, 527), "cuda": (1_000_000, 527)}
 
+#: Positive labels per row of the timing inputs, on average.
+TIMING_POSITIVES = 2
+
 #: Value of ``ignore_index`` in the agreement batches.
 IGNORE = -1
 
@@ -150,10 +153,13 @@ def _agree(got: torch.Tensor, expected: np.ndarray) -> bool:
 
 
 def _version(module: str) -> Optional[str]:
+    """The installed version of ``module``; None where it is not installed; what fails where it fails to import."""
     try:
         return __import__(module).__version__
-    except Exception:  # not installed, or broken: both worth reporting as absent
+    except ImportError:
         return None
+    except Exception as err:  # installed but broken (NUMBA_NUM_THREADS=0 fails numba's import): the library skips it
+        return f"fails to import ({type(err).__name__}: {' '.join(str(err).split())}): not used"
 
 
 def _driver_version() -> Optional[str]:
@@ -198,12 +204,18 @@ def versions() -> Dict[str, Any]:
 
 def _numba_settings() -> Dict[str, Any]:
     """numba's thread count in this thread (its own set_num_threads, else NUMBA_NUM_THREADS) and the threading
-    layer asked for; and that its compiler is off, where NUMBA_DISABLE_JIT=1 is set."""
+    layer it started (or why its threads cannot start); and that its compiler is off, where NUMBA_DISABLE_JIT=1 is
+    set."""
     try:
         import numba
-    except ImportError:
+    except Exception:  # not installed or broken: the versions say which
         return {}
-    out: Dict[str, Any] = {"numba threads": f"{numba.get_num_threads()} (layer: {numba.config.THREADING_LAYER})"}
+    try:
+        out: Dict[str, Any] = {"numba threads": f"{numba.get_num_threads()} (layer: {numba.threading_layer()})"}
+    except Exception as err:  # a threading layer that cannot load: the library runs the serial kernels
+        reason = " ".join(str(err).split())
+        out = {"numba threads": f"1: its threads cannot start ({type(err).__name__}: {reason}); the CPU kernels run "
+                                f"on one thread"}
     if numba.config.DISABLE_JIT:
         out["numba compiler"] = "off (NUMBA_DISABLE_JIT=1): the torch paths rank on the CPU"
     return out
@@ -267,10 +279,14 @@ def _read_inputs(preds: torch.Tensor, target: torch.Tensor):
 
 
 def timing_inputs(device: torch.device, dtype: torch.dtype, num_samples: int, num_classes: int):
-    """Random scores and a bool target with 1 to 3 labels per row on average, made a block of rows at a time."""
+    """Random scores drawn in ``dtype`` and a bool target with 2 labels per row on average (:data:`TIMING_POSITIVES`),
+    drawn a block of rows at a time: no float copy of the whole batch beside them (1,000,000 x 527 on a GPU)."""
     generator = torch.Generator(device=device).manual_seed(0)
-    preds = torch.rand(num_samples, num_classes, generator=generator, device=device).to(dtype)
-    target = torch.rand(num_samples, num_classes, generator=generator, device=device) < 2.0 / num_classes
+    preds = torch.rand(num_samples, num_classes, generator=generator, device=device, dtype=dtype)
+    target = torch.empty(num_samples, num_classes, dtype=torch.bool, device=device)
+    for start in range(0, num_samples, 1 << 16):
+        block = target[start : start + (1 << 16)]
+        torch.lt(torch.rand(block.shape, generator=generator, device=device), TIMING_POSITIVES / num_classes, out=block)
     return preds, target
 
 
@@ -320,14 +336,15 @@ def check_device_dtype(device: torch.device, dtype: torch.dtype, timing: bool = 
     record["cases"] = cases
     record["agrees"] = not record["failures"] and not record["errors"]
     num_samples, num_classes = TIMING_SIZES["cuda" if device.type == "cuda" else "cpu"]
-    preds, target = timing_inputs(device, dtype, num_samples, num_classes)
-    record["path"] = auto_path(device, dtype, num_samples, num_classes, int(target.sum()))
+    # The path of the timing inputs, from their expected positives: no inputs are made without timings.
+    record["path"] = auto_path(device, dtype, num_samples, num_classes, TIMING_POSITIVES * num_samples)
     record["size"] = [num_samples, num_classes]
     if timing:
-        try:
+        try:  # an allocation that fails here is reported in the record, not raised: the report above it stands
+            preds, target = timing_inputs(device, dtype, num_samples, num_classes)
             steady = _median_time(lambda: multilabel_lwlrap(preds, target), device)
             floor = _median_time(lambda: _read_inputs(preds, target), device)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - reported, as the value checks' errors are
             record["errors"].append(f"timing at {num_samples} x {num_classes}: {type(err).__name__}: {err}")
             record["agrees"] = False
         else:
@@ -455,6 +472,13 @@ def run(json_output: bool = False, timing: bool = True) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    from torch_lwlrap._engine_config import get_engine
+
+    try:
+        get_engine()
+    except ValueError as err:  # a TORCH_LWLRAP_ENGINE that names no engine: one line, as the command line says it
+        print(f"{build_parser().prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     return run(json_output=args.json, timing=not args.no_timing)
 
 

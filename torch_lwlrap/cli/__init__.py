@@ -3,9 +3,12 @@
 Usage::
 
     torch-lwlrap score TRUTH.csv PRED.csv [--per-class] [--json] [--plot OUT.png] [--ties max|index|expected]
-                       [--where COLUMN=VALUE] [--classes FILE] [--unknown VALUE] [--top K] [--ci [B]]
-    torch-lwlrap compare TRUTH.csv A.csv B.csv [--bootstrap N] [--per-class] [--json] [--plot OUT.png]
-                         [--ties max|index|expected] [--where COLUMN=VALUE] [--classes FILE] [--unknown VALUE]
+                       [--where COLUMN=VALUE] [--classes FILE] [--unknown VALUE] [--top K]
+                       [--ci [B]] [--level LEVEL] [--seed SEED]
+    torch-lwlrap compare TRUTH.csv A.csv B.csv [--bootstrap N | --ci [N]] [--level LEVEL] [--seed SEED]
+                         [--agreement K] [--per-class] [--json] [--plot OUT.png] [--ties max|index|expected]
+                         [--where COLUMN=VALUE] [--classes FILE] [--unknown VALUE]
+    torch-lwlrap doctor [--json] [--no-timing]
     python -m torch_lwlrap score TRUTH.csv PRED.csv
 
 ``TRUTH.csv`` is either the challenge layout, header ``fname,labels`` with the positive class names of a row
@@ -18,8 +21,8 @@ Any file may be gzip-compressed (``.csv.gz``), and one of them may be ``-``, sta
 :func:`torch_lwlrap.multilabel_lrap`.
 
 A bad file ends the program with exit status 2 and one line on stderr naming the file, the line, the ``fname``
-and/or the column at fault; so do bad arguments (a seed outside ``[0, 2**63)``, more bootstrap replicates than the
-memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails. The first run in an
+and/or the column at fault; so do bad arguments (one line naming the subcommand's ``--help``: an unknown option, a
+seed outside ``[0, 2**63)``, more bootstrap replicates than the memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails. The first run in an
 environment says on stderr that it compiles the CPU kernels (:mod:`torch_lwlrap.cli._environment`).
 
 The package, by audience: ``_files`` reads and checks the CSV files, ``_match`` matches them to each other (rows
@@ -35,7 +38,7 @@ import argparse
 import contextlib
 import sys
 import warnings
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, NoReturn, Optional, Sequence
 
 from torch_lwlrap.cli import compare as _compare
 from torch_lwlrap.cli import doctor as _doctor
@@ -72,6 +75,17 @@ PROG = "torch-lwlrap"
 SUBCOMMANDS = (_score, _compare, _doctor)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line, as the file errors are: the command, what was wrong and where to
+    read more (``--help``), not argparse's usage block. Subcommands' parsers are of this class too (argparse builds
+    them with their parent's class)."""
+
+    def error(self, message: str) -> "NoReturn":
+        if "invalid int value" in message and "--ci" in message:
+            message += " (--ci takes an optional count: write it after the files, or give the count, --ci 1000)"
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``torch-lwlrap``.
 
@@ -82,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     """
     from torch_lwlrap import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Exact lwlrap (DCASE 2019 task 2 / Freesound Audio Tagging 2019) and LRAP of multi-label "
         "predictions.",
@@ -93,7 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     for subcommand in SUBCOMMANDS:
         subcommand.add_parser(commands)
+    parser.set_defaults(commands=commands.choices)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """``argv`` parsed; arguments left over are refused by the subcommand's parser, so that the error names the
+    subcommand they were given to (``torch-lwlrap compare: error: unrecognized arguments: --top 3``)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        args.commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 def _error(message: str) -> int:
@@ -142,7 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as exit_:  # --help, --version and usage errors
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     try:

@@ -63,7 +63,7 @@ def compile_notice(stream: Optional[TextIO] = None) -> Iterator[None]:
     """
     try:
         from numba.core import event
-    except ImportError:
+    except Exception:  # numba missing, or failing at import (NUMBA_NUM_THREADS=0): the library falls back too
         yield
         return
 

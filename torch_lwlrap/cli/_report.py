@@ -386,20 +386,43 @@ def _interval_note(score: Score) -> str:
     return f"  {_level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
 
 
-def check_plot_target(path: str) -> None:
-    """Before any scoring: ``--plot PATH`` can be written (matplotlib installed, the folder there and writable),
-    so that a long run never ends in an error that throws its report away."""
+def check_plot_target(path: str) -> str:
+    """Before any scoring: ``--plot PATH`` can be written (matplotlib installed, a file name, not a folder, in a
+    folder that is there and writable, of a format matplotlib writes), so that a long run never ends in an error
+    that throws its report away. Returns the file the chart goes to: ``PATH``, with ``.png`` added where it names no
+    format (as matplotlib would add it), so that the report names the file written.
+
+    Example:
+        >>> check_plot_target("per_class")
+        'per_class.png'
+    """
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise CommandError(
             "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
         ) from None
+    if os.path.isdir(path):
+        raise CommandError(
+            f"--plot {path}: that is a folder: name a file in it, such as {os.path.join(path, 'per_class.png')}."
+        )
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = os.path.splitext(path)[1][1:].lower()
+    if not extension:
+        path += ".png"
+    elif extension not in formats:
+        raise CommandError(
+            f"--plot {path}: matplotlib writes no '.{extension}' files: end the name with one of "
+            f"{', '.join('.' + name for name in sorted(formats))}."
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CommandError(f"--plot {path}: the folder {folder!r} does not exist: create it, or name another file.")
     if not os.access(folder, os.W_OK):
         raise CommandError(f"--plot {path}: the folder {folder!r} is not writable: name a file in another folder.")
+    return path
 
 
 # Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527

@@ -375,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
     args.bootstrap = 1000 if given is None else given
     check_bootstrap_args(args.bootstrap, args.level, option, seed=args.seed, pred_path=args.a, systems=2)
     if args.plot:
-        check_plot_target(args.plot)
+        args.plot = check_plot_target(args.plot)
     result = compare_files(
         args.truth, args.a, args.b, num_bootstrap=args.bootstrap, level=args.level, seed=args.seed, ties=args.ties,
         where=args.where, classes_path=args.classes_path, unknown=args.unknown, agreement=args.agreement,

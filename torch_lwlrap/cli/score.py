@@ -306,7 +306,7 @@ def _top(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-lwlrap score`` with the parsed arguments; raises :class:`CommandError` for the user to fix."""
     if args.plot:
-        check_plot_target(args.plot)
+        args.plot = check_plot_target(args.plot)
 
     if args.ci is None and (args.level is not None or args.seed is not None):
         given = " and ".join(f"--{name}" for name in ("level", "seed") if getattr(args, name) is not None)

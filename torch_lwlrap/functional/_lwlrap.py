@@ -12,7 +12,8 @@ from typing import Callable, Optional, Tuple
 import torch
 from torch import Tensor
 
-from torch_lwlrap._engine_config import eager_only, warn
+from torch_lwlrap._engine_config import eager_only
+from torch_lwlrap._user_frames import warn
 from torch_lwlrap._checks import (
     check_average,
     check_batch_structure,

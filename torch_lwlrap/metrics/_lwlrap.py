@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Uni
 import torch
 from torch import Tensor
 
-from torch_lwlrap._engine_config import eager_only, warn
+from torch_lwlrap._engine_config import eager_only
+from torch_lwlrap._user_frames import warn
 from torch_lwlrap._checks import (
     TIES,
     check_average,

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from torch_lwlrap._engine_config import warn
+from torch_lwlrap._user_frames import warn
 from torch_lwlrap._checks import check_empty_target, check_ignore_index, check_num_labels
 from torch_lwlrap._options import check_names
 from torch_lwlrap._rank_reductions import (

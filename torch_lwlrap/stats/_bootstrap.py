@@ -30,7 +30,8 @@ import torch
 from torch import Tensor
 
 from torch_lwlrap import _bootstrap_kernel, _dispatch
-from torch_lwlrap._engine_config import chunk_elements, warn
+from torch_lwlrap._engine_config import chunk_elements
+from torch_lwlrap._user_frames import warn
 from torch_lwlrap._options import whole_number
 from torch_lwlrap._poisson import POISSON_THRESHOLDS
 
