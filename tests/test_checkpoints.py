@@ -39,7 +39,7 @@ from torch_lwlrap import (
     multilabel_retrieval_at_k,
 )
 from torch_lwlrap._checks import TIES
-from torch_lwlrap.metrics._base import PREVIOUS_LAYOUT, TAG_LAYOUT
+from torch_lwlrap.metrics._tags import PREVIOUS_LAYOUT, TAG_LAYOUT
 from torch_lwlrap._rank_reductions import RANKING_METRICS
 
 C = 6
@@ -256,6 +256,49 @@ def test_a_checkpoint_without_the_metric_states_loads_as_before():
     other = torch.nn.ModuleDict({"val": MultilabelLWLRAP(C + 1, ties="expected"), "head": torch.nn.Linear(2, 2)})
     other.load_state_dict(model.state_dict())
     assert torch.equal(other["head"].weight, model["head"].weight)
+
+
+@pytest.mark.parametrize(
+    "saved, loader, update",
+    [
+        (
+            lambda: MultilabelRetrievalAtK(C, (1, 3), metrics=("hit",)),
+            lambda: MultilabelRetrievalAtK(C, (3, 1), metrics=("hit",)),
+            "scores",
+        ),
+        (lambda: MultilabelNDCG(C, k=1), lambda: MultilabelNDCG(C, k=3), "scores"),
+        (lambda: MultilabelLWLRAP(C, ties="index"), lambda: MultilabelLWLRAP(C), "scores"),
+        (lambda: MultilabelKendallDistanceAtK(C, 1), lambda: MultilabelKendallDistanceAtK(C, 3), "pair"),
+    ],
+)
+def test_a_checkpoint_without_its_options_tag_is_refused_with_the_way_to_load_it(saved, loader, update):
+    """Sums without the record of their options (an entry dropped by hand, a dict built from the states) had loaded
+    into a metric with any options of the same state shapes: hit@1 above hit@3, NDCG@1 read as NDCG@3."""
+    generator = torch.Generator().manual_seed(11)
+    preds = torch.randn(6, C, generator=generator)
+    other = preds + torch.randn(6, C, generator=generator)
+    target = (torch.rand(6, C, generator=generator) < 0.4).long()
+    metric = saved()
+    metric.persistent(True)
+    metric.update(preds, other if update == "pair" else target)
+    state = metric.state_dict()
+    del state["options_tag"]
+    fresh = loader()
+    fresh.persistent(True)
+    with pytest.raises(RuntimeError, match="records no options .* state_dict\\['options_tag'\\] = metric.options_tag"):
+        fresh.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # compute before any update: the refused load left nothing
+        assert not bool(torch.as_tensor(_values(fresh.compute())).nan_to_num(0).any())
+    # The fix the message names: the entry of a metric with the options the sums were saved with
+    same = saved()
+    same.persistent(True)
+    same.load_state_dict({**state, "options_tag": same.options_tag})
+    assert _values(same.compute()) == _values(metric.compute())
+
+
+def _values(value):
+    return [v.item() for v in value.values()] if isinstance(value, dict) else value.tolist()
 
 
 # ---------------------------------------------------------------------------------------------------------------

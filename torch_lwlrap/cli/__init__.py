@@ -22,8 +22,9 @@ Any file may be gzip-compressed (``.csv.gz``), and one of them may be ``-``, sta
 
 A bad file ends the program with exit status 2 and one line on stderr naming the file, the line, the ``fname``
 and/or the column at fault; so do bad arguments (one line naming the subcommand's ``--help``: an unknown option, a
-seed outside ``[0, 2**63)``, more bootstrap replicates than the memory holds), a ``TORCH_LWLRAP_ENGINE`` that names no engine and an allocation that fails. The first run in an
-environment says on stderr that it compiles the CPU kernels (:mod:`torch_lwlrap.cli._environment`).
+seed outside ``[0, 2**63)``, more bootstrap replicates than the memory holds), a ``TORCH_LWLRAP_ENGINE`` that
+names no engine and an allocation that fails. The first run in an environment says on stderr that it compiles the
+CPU kernels (:mod:`torch_lwlrap.cli._environment`).
 
 The package, by audience: ``_files`` reads and checks the CSV files, ``_match`` matches them to each other (rows
 selected, submissions aligned, the vocabulary checked), ``_inputs`` holds the options that choose what

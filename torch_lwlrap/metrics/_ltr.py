@@ -30,9 +30,8 @@ from torch_lwlrap.metrics._base import (
     _check_device,
     _first_argument,
     _synced,
-    choice_option,
-    int_option,
 )
+from torch_lwlrap.metrics._tags import choice_option, int_option
 from torch_lwlrap._options import CORRELATIONS, GAINS, TIES
 from torch_lwlrap.functional._ltr import (
     _correlation_update,

@@ -28,10 +28,9 @@ from torch_lwlrap.metrics._base import (
     _check_device,
     _process_rank,
     _synced,
-    choice_option,
-    int_option,
-    legacy_tag,
+    _syncs_other_processes,
 )
+from torch_lwlrap.metrics._tags import choice_option, int_option, legacy_tag
 from torch_lwlrap._ranking import TIE_SUM_RULES, TieSums
 from torch_lwlrap.functional._tie_report import TieReport, tie_sums_update
 from torch_lwlrap.stats._bootstrap import check_level, check_num_bootstrap, check_seed
@@ -186,16 +185,18 @@ class _Bootstrap:
     @eager_only
     def bootstrap_samples(self) -> Tensor:
         """The ``B`` bootstrap replicates of :meth:`compute` (synced across processes as ``compute`` is):
-        ``(B,)``, or ``(B, C)`` per class. A replicate that drew no positive label (of a class, per class) is NaN;
-        with ``average="macro"`` a class it drew no positive of counts at its score on the whole set."""
+        ``(B,)``, or ``(B, C)`` where ``compute`` is per class (lwlrap with ``average="none"``). A replicate that
+        drew no positive label (of a class, per class; for LRAP, no sample of non-zero weight) is NaN; with lwlrap's
+        ``average="macro"`` a class it drew no positive of counts at its score on the whole set."""
         self._check_bootstrap()
         with _synced(self):
             return self._replicates()
 
     @eager_only
     def confidence_interval(self, level: float = 0.95) -> Tuple[Tensor, Tensor]:
-        """``(low, high)``: the bootstrap percentile interval of :meth:`compute` at ``level`` (per class too: NaN for
-        a class with fewer than two positive labels, whose replicates would all be one number).
+        """``(low, high)``: the bootstrap percentile interval of :meth:`compute` at ``level``; per class where
+        ``compute`` is (lwlrap with ``average="none"``): NaN for a class with fewer than two positive labels, whose
+        replicates would all be one number.
 
         It describes the sampling variability of the evaluation set (another set drawn the same way would score
         within it ``level`` of the time), not the variability of training.
@@ -373,7 +374,7 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             >>> (per_class * weights).nansum()
             tensor(0.7917, dtype=torch.float64)
         """
-        if self._update_count == 0:
+        if self._update_count == 0 and not _syncs_other_processes(self):  # else the other processes' sums count
             warn(
                 f"The ``per_class`` method of metric {type(self).__name__} was called before the ``update`` method: "
                 f"no class has a positive label yet (NaN per class)."
