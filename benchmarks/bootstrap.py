@@ -30,7 +30,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks.run import RESULTS_DIR, _status_kib, machine_metadata, make_inputs, time_fast
+from benchmarks.run import RESULTS_DIR, SCRATCH_DIR, _status_kib, machine_metadata, make_inputs, time_fast
 
 MiB = 1 << 20
 
@@ -132,7 +132,9 @@ def meta_peak(num_samples: int, num_classes: int, num_bootstrap: int, kind: str 
 def main(argv: List[str] = None) -> Dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
+                        help=f"output folder (default {SCRATCH_DIR}, git-ignored; the committed tables are in "
+                             f"{RESULTS_DIR})")
     parser.add_argument("--min-run-time", type=float, default=None)
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds of plain and bootstrap updates")
     args = parser.parse_args(argv)

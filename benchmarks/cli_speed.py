@@ -86,6 +86,8 @@ def main(argv=None) -> int:
         "run in DIR (so that `python -m torch_lwlrap` imports it) on the truth without metadata columns",
     )
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1 (the table is a median), got {args.repeats}")
 
     with tempfile.TemporaryDirectory() as folder:
         files = write_files(Path(folder), args.rows, args.classes)

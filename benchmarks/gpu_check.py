@@ -2,7 +2,7 @@
 
 Run on a machine with a CUDA GPU and Triton (about 2 to 4 minutes on an H100)::
 
-    PYTHONPATH=. python benchmarks/gpu_check.py --out gpu_check_results
+    PYTHONPATH=. python benchmarks/gpu_check.py --out /tmp/gpu_check
 
 It prints its tables and writes ``results.json`` and ``results.md`` under ``--out``. Sections:
 
@@ -110,13 +110,30 @@ def sparse_target(num_samples, num_classes, device, low=1, high=3, generator=Non
 
 
 def path_sums(path, preds, positive, known, ties, **tuning):
-    """(class sums, sample sums) of one engine path; ``tuning`` goes to the Triton kernel directly."""
-    if path == "triton" and tuning:
+    """(class sums, sample sums) of one engine path; ``tuning`` goes to the Triton kernel directly, and so do
+    tensors off CUDA (Triton's interpreter: the engine would rank them on a torch path). The path ``"triton"`` fails
+    where the engine fell back to a torch path instead of launching the kernel (its warning is issued once per
+    process: later batches fall back silently), so that no row labelled triton holds another path's numbers."""
+    if path == "triton" and (tuning or preds.device.type != "cuda"):
         sums = RankingSums.zeros(*preds.shape, preds.device)
         kernel.ranking_sums_triton(preds, positive, known, *sums, ties=ties, **tuning)
         return sums[0], sums[2]
-    with use_engine(path):
-        sums = ranking_sums(preds, positive, known, ties=ties)
+    launches = []
+    launch = kernel.ranking_sums_triton
+
+    def counted(*args, **kwargs):
+        launches.append(1)
+        return launch(*args, **kwargs)
+
+    kernel.ranking_sums_triton = counted
+    try:
+        with use_engine(path):
+            sums = ranking_sums(preds, positive, known, ties=ties)
+    finally:
+        kernel.ranking_sums_triton = launch
+    if path == "triton" and not launches:
+        raise RuntimeError(f"the engine did not launch the Triton kernel on {preds.device}: it fell back to a torch "
+                           f"path (see the EngineFallbackWarning above, or torch-lwlrap doctor)")
     return sums.class_precision_sum, sums.sample_precision_sum
 
 
@@ -410,7 +427,9 @@ def sweep(device, tiny):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="gpu_check_results", help="directory for results.json and results.md")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "gpu_check"),
+                        help="directory for results.json and results.md (default: benchmarks/out/gpu_check, "
+                             "git-ignored)")
     parser.add_argument("--device", default="cuda", help="device to check (default: cuda)")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a check of the script itself")
     parser.add_argument("--no-sweep", action="store_true", help="skip the sweep of the kernel's tile parameters")

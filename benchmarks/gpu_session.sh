@@ -17,28 +17,42 @@
 # PYTEST_ARGS (default: the whole suite) narrows step 1, so that it too can be split across runs, e.g.
 #   PYTEST_ARGS="tests/test_core.py tests/test_reliability.py" and then
 #   PYTEST_ARGS="--ignore=tests/test_core.py --ignore=tests/test_reliability.py" (pytest.log is named after the part).
-# The exit status is that of the first step that failed; 3 without a CUDA GPU (nothing run).
+# The exit status is that of the first step that failed (0: 4, 1: 1, 2: 2, 3: 3); 5 where nothing ran: no CUDA GPU
+# that torch can use, no torch, or a STEPS entry that names no step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu_session_results}"
-mkdir -p "$out"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 status=0
 steps=" ${STEPS:-0 1 2 3} "
+for step in $steps; do
+    case "$step" in
+        0|1|2|3) ;;
+        *) echo "gpu_session.sh: STEPS=\"${STEPS:-}\" names no step '$step': give some of 0 1 2 3, space-separated" >&2
+           exit 5 ;;
+    esac
+done
 
-# Without a CUDA GPU torch can see, nothing here measures what it is for: say so in one line and stop (status 3).
+# Without a CUDA GPU torch can see, nothing here measures what it is for: say so in one line and stop (status 5),
+# before anything is written.
+if ! python3 -c 'import torch' 2>/dev/null; then
+    echo "gpu_session.sh: torch does not import in this Python ($(command -v python3)): install torch and the test" \
+         "dependencies first (README.md, Install)" >&2
+    exit 5
+fi
 if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "gpu_session.sh: no CUDA GPU that torch can use here (torch.cuda.is_available() is False: a CPU build of" \
          "torch, no GPU or no driver); run it on a machine with one, or torch-lwlrap doctor for the CPU alone" >&2
-    exit 3
+    exit 5
 fi
+mkdir -p "$out"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 
 if [[ "$steps" == *" 0 "* ]]; then
     echo "== 0. torch-lwlrap doctor"
     python3 -m torch_lwlrap doctor | tee "$out/doctor.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=4
+    [ "${PIPESTATUS[0]}" -eq 0 ] || [ "$status" -ne 0 ] || status=4
     python3 -m torch_lwlrap doctor --json > "$out/doctor.json" || true
 fi
 
@@ -47,7 +61,7 @@ if [[ "$steps" == *" 1 "* ]]; then
     log="$out/pytest${PYTEST_ARGS:+-$(printf %s "$PYTEST_ARGS" | tr -c 'A-Za-z0-9' '_' | cut -c1-60)}.log"
     # shellcheck disable=SC2086
     python3 -m pytest -q -p no:cacheprovider -rs --durations=15 ${PYTEST_ARGS:-} 2>&1 | tee "$log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    [ "${PIPESTATUS[0]}" -eq 0 ] || [ "$status" -ne 0 ] || status=1
 fi
 
 if [[ "$steps" == *" 2 "* ]]; then

@@ -385,7 +385,12 @@ def main(argv=None) -> int:
     }
     sizes = [(32, 80), (2048, 527)] if args.quick else SIZES
     if args.sizes:
-        sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+        try:
+            sizes = [tuple(int(x) for x in size.lower().split("x")) for size in args.sizes.split(",")]
+        except ValueError:
+            sizes = []
+        if not sizes or any(len(size) != 2 or min(size) < 1 for size in sizes):
+            parser.error(f"--sizes takes comma-separated NxC with positive N and C, such as 32x527, got {args.sizes!r}")
     trees = [("after", ROOT)] + ([("before", args.before.resolve())] if args.before else [])
     seconds = 0.2 if args.quick else args.seconds
     paths = args.paths.split(",")

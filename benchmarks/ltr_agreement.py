@@ -24,7 +24,17 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow, warm_up, write_tables
+from benchmarks.run import (
+    RESULTS_DIR,
+    SCRATCH_DIR,
+    machine_metadata,
+    make_inputs,
+    parse_sizes,
+    time_fast,
+    time_slow,
+    warm_up,
+    write_tables,
+)
 from torch_lwlrap import (
     MultilabelKendallDistanceAtK,
     multilabel_kendall_distance_at_k,
@@ -166,7 +176,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds, each entry timed once a round (default: 5)")
     parser.add_argument("--scipy-rows", type=int, default=400, help="rows the scipy loops score (default: 400)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ltr_agreement"))
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
+                        help=f"output folder for ltr_agreement.md and .json (default {SCRATCH_DIR}, git-ignored; the "
+                             f"committed tables are in {RESULTS_DIR})")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -175,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     records = run(parse_sizes(args.sizes), args.min_run_time, args.scipy_rows, args.rounds)
     for record in records:
         record["torch_threads"] = torch.get_num_threads()
-    write_tables(args.out, {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
+    write_tables(args.out / "ltr_agreement", {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
     return 0
 
 

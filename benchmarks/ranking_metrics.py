@@ -20,7 +20,17 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from benchmarks.run import machine_metadata, make_inputs, parse_sizes, time_fast, time_slow, warm_up, write_tables
+from benchmarks.run import (
+    RESULTS_DIR,
+    SCRATCH_DIR,
+    machine_metadata,
+    make_inputs,
+    parse_sizes,
+    time_fast,
+    time_slow,
+    warm_up,
+    write_tables,
+)
 from torch_lwlrap import (
     MultilabelCoverageError,
     MultilabelLRAP,
@@ -130,7 +140,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds per timed entry (default: 1)")
     parser.add_argument("--no-anchors", action="store_true", help="skip scikit-learn")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ranking_metrics"))
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
+                        help=f"output folder for ranking_metrics.md and .json (default {SCRATCH_DIR}, git-ignored; the "
+                             f"committed tables are in {RESULTS_DIR})")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -138,7 +150,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     records = run(parse_sizes(args.sizes), args.min_run_time, not args.no_anchors)
     for record in records:
         record["torch_threads"] = threads
-    write_tables(args.out, {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
+    write_tables(args.out / "ranking_metrics", {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
     return 0
 
 

@@ -182,12 +182,12 @@ def test_ties_benchmark_writes_its_tables(tmp_path):
 
 
 def test_ranking_metrics_benchmark_writes_its_table(tmp_path):
-    # A smoke run (no time asserted); its --out is the path of the tables without suffix.
+    # A smoke run (no time asserted); its --out is a folder, as every benchmark's is.
     run_module("benchmarks.ranking_metrics", "--sizes", "200x20", "--min-run-time", "0.02", "--no-anchors",
                tmp_path=tmp_path)
-    report = json.loads(tmp_path.with_suffix(".json").read_text())
+    report = json.loads((tmp_path / "ranking_metrics.json").read_text())
     assert report["machine"] and report["cases"] and "| the six metric objects, one pass each |" in (
-        tmp_path.with_suffix(".md").read_text())
+        tmp_path / "ranking_metrics.md").read_text()
 
 
 def test_floor_ratio_benchmark_writes_its_table(tmp_path):
@@ -229,10 +229,18 @@ def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here: the session would run in full")
 def test_the_gpu_session_stops_at_once_without_a_gpu(tmp_path):
-    """Without a CUDA GPU the session says so in one line and exits 3, before the doctor or the suite run."""
+    """Without a CUDA GPU the session says so in one line and exits 5 (not 3, the sweep's failure), before the doctor
+    or the suite run and before it writes anything; so does a STEPS entry that names no step."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run(["bash", os.path.join(repo, "benchmarks", "gpu_session.sh")], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, OUT=str(tmp_path / "out")))
-    assert done.returncode == 3 and done.stdout == ""
+    script = os.path.join(repo, "benchmarks", "gpu_session.sh")
+    # the script's python3 is this test's (its torch), as in the venv that runs the session
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    environment = dict(os.environ, OUT=str(tmp_path / "out"), PATH=path)
+    done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=120,
+                          env=environment)
+    assert done.returncode == 5 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "no CUDA GPU that torch can use here" in done.stderr
-    assert not any((tmp_path / "out").iterdir())
+    assert not (tmp_path / "out").exists()
+    done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=120,
+                          env=dict(environment, STEPS="2,3"))
+    assert done.returncode == 5 and "names no step '2,3'" in done.stderr and not (tmp_path / "out").exists()

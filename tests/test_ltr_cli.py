@@ -73,8 +73,8 @@ def test_benchmark_script_times_every_entry_and_reports_each_goal(tmp_path):
     # is asserted.
     from benchmarks import ltr_agreement
 
-    out = tmp_path / "bench"
-    args = ["--sizes", "200x12", "--min-run-time", "0.01", "--rounds", "2", "--scipy-rows", "5", "--out", str(out)]
+    out = tmp_path / "ltr_agreement"
+    args = ["--sizes", "200x12", "--min-run-time", "0.01", "--rounds", "2", "--scipy-rows", "5", "--out", str(tmp_path)]
     assert ltr_agreement.main(args) == 0
     table = out.with_suffix(".md").read_text()
     for name in list(ltr_agreement.entries(12)) + ["scipy spearmanr loop", "scipy kendalltau loop"]:

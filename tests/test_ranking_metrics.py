@@ -619,8 +619,8 @@ def test_benchmark_script_times_every_entry(tmp_path):
     from benchmarks import ranking_metrics
 
     assert ranking_metrics.main(["--sizes", "200x12", "--min-run-time", "0.01", "--no-anchors", "--out",
-                                 str(tmp_path / "bench")]) == 0
-    table = (tmp_path / "bench.md").read_text()
+                                 str(tmp_path)]) == 0
+    table = (tmp_path / "ranking_metrics.md").read_text()
     for name in ranking_metrics.entries(12, anchors=False):
         assert f"| {name} |" in table
 
