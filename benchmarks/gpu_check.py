@@ -29,6 +29,7 @@ script at toy sizes in Triton's interpreter (a check of the script itself; its t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import platform
@@ -109,15 +110,9 @@ def sparse_target(num_samples, num_classes, device, low=1, high=3, generator=Non
     return target
 
 
-def path_sums(path, preds, positive, known, ties, **tuning):
-    """(class sums, sample sums) of one engine path; ``tuning`` goes to the Triton kernel directly, and so do
-    tensors off CUDA (Triton's interpreter: the engine would rank them on a torch path). The path ``"triton"`` fails
-    where the engine fell back to a torch path instead of launching the kernel (its warning is issued once per
-    process: later batches fall back silently), so that no row labelled triton holds another path's numbers."""
-    if path == "triton" and (tuning or preds.device.type != "cuda"):
-        sums = RankingSums.zeros(*preds.shape, preds.device)
-        kernel.ranking_sums_triton(preds, positive, known, *sums, ties=ties, **tuning)
-        return sums[0], sums[2]
+@contextlib.contextmanager
+def kernel_launches():
+    """A list that gains an entry at each launch of the Triton kernel inside the block (through the engine)."""
     launches = []
     launch = kernel.ranking_sums_triton
 
@@ -127,10 +122,22 @@ def path_sums(path, preds, positive, known, ties, **tuning):
 
     kernel.ranking_sums_triton = counted
     try:
-        with use_engine(path):
-            sums = ranking_sums(preds, positive, known, ties=ties)
+        yield launches
     finally:
         kernel.ranking_sums_triton = launch
+
+
+def path_sums(path, preds, positive, known, ties, **tuning):
+    """(class sums, sample sums) of one engine path; ``tuning`` goes to the Triton kernel directly, and so do
+    tensors off CUDA (Triton's interpreter: the engine would rank them on a torch path). The path ``"triton"`` fails
+    where the engine fell back to a torch path instead of launching the kernel (its warning is issued once per
+    process: later batches fall back silently), so that no row labelled triton holds another path's numbers."""
+    if path == "triton" and (tuning or preds.device.type != "cuda"):
+        sums = RankingSums.zeros(*preds.shape, preds.device)
+        kernel.ranking_sums_triton(preds, positive, known, *sums, ties=ties, **tuning)
+        return sums[0], sums[2]
+    with kernel_launches() as launches, use_engine(path):
+        sums = ranking_sums(preds, positive, known, ties=ties)
     if path == "triton" and not launches:
         raise RuntimeError(f"the engine did not launch the Triton kernel on {preds.device}: it fell back to a torch "
                            f"path (see the EngineFallbackWarning above, or torch-lwlrap doctor)")
@@ -254,15 +261,7 @@ def sync_check(device):
     g = torch.Generator(device=device).manual_seed(1)
     preds = torch.randn(4096, 527, device=device, generator=g)
     target = sparse_target(4096, 527, device, generator=g).long()
-    calls = []
-    original = kernel.ranking_sums_triton
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    kernel.ranking_sums_triton = counting
-    try:
+    with kernel_launches() as calls:
         for engine in ("auto", "triton"):
             entry = dict(check=f"MultilabelLWLRAP.update, engine={engine}")
             metric = MultilabelLWLRAP(527, validate_args=False).to(device)
@@ -282,8 +281,6 @@ def sync_check(device):
             entry["triton_kernel_used"] = bool(calls)
             entry["ok"] = entry["ok"] and bool(calls)
             rows.append(entry)
-    finally:
-        kernel.ranking_sums_triton = original
     return rows
 
 
