@@ -261,7 +261,7 @@ def test_plot_without_a_format_names_the_file_written(tmp_path, capsys, command)
     """``--plot chart``: matplotlib adds ``.png``; the report names that file, not the one asked for."""
     truth, pred, *_ = shuffled_files(tmp_path, 7)
     preds = [pred] if command == "score" else [pred, pred]
-    code, out, err = run_main(capsys, command, truth, *preds, "--plot", tmp_path / "chart")
+    code, out, err = run_main(capsys, command, truth, *preds, "--plot", f"{tmp_path / 'chart'}.")
     assert (code, err) == (0, "")
     assert out.rstrip().endswith(f"per-class chart written to {tmp_path / 'chart.png'}"), out
     assert (tmp_path / "chart.png").read_bytes()[:8] == PNG_SIGNATURE
@@ -292,6 +292,8 @@ def test_version_and_help(capsys):
         # `--ci` before the files takes the truth file as its count: the message says where it goes
         (["score", "--ci", "t.csv", "p.csv"], "torch-lwlrap score", ["--ci", "'t.csv'", "after the files"]),
         (["compare", "t.csv", "a.csv", "b.csv", "--agreement", "0"], "torch-lwlrap compare", ["--agreement", "'0'"]),
+        # an option given before the subcommand is the program's
+        (["--bogus", "score", "t.csv", "p.csv"], "torch-lwlrap", ["unrecognized arguments: --bogus"]),
     ],
 )
 def test_usage_errors_exit_2(capsys, argv, command, words):
@@ -302,6 +304,11 @@ def test_usage_errors_exit_2(capsys, argv, command, words):
     assert err.rstrip().endswith(f"(see {command} --help)"), err
     for word in words:
         assert word in err, (word, err)
+
+
+def test_a_count_that_is_no_number_is_not_taken_for_a_file(capsys):
+    code, _, err = run_main(capsys, "score", "t.csv", "p.csv", "--ci", "x")
+    assert code == 2 and "invalid int value: 'x'" in err and "after the files" not in err
 
 
 def test_python_dash_m_subprocess(tmp_path, capsys):
@@ -454,6 +461,10 @@ def test_plot_errors(tmp_path, capsys, monkeypatch):
         *run_main(capsys, "compare", truth, pred, pred, "--plot", tmp_path / "chart.xyz"), ["'.xyz'", ".png", ".svg"]
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["pred.csv", "truth.csv"]
+    # .pgf needs a LaTeX install to write: refused up front where there is none (it had failed after the scoring)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    check_one_line_error(*run_main(capsys, "score", truth, pred, "--plot", tmp_path / "c.pgf"), ["'.pgf'", ".png"])
+    monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     check_one_line_error(*run_main(capsys, "score", truth, pred, "--plot", tmp_path / "x.png"), ["matplotlib"])
     assert not (tmp_path / "x.png").exists()

@@ -82,7 +82,8 @@ class _Parser(argparse.ArgumentParser):
     them with their parent's class)."""
 
     def error(self, message: str) -> "NoReturn":
-        if "invalid int value" in message and "--ci" in message:
+        value = message.rpartition("invalid int value: ")[2].strip("'")
+        if message.startswith("argument --ci:") and value.lower().endswith((".csv", ".gz", ".tsv", ".txt")):
             message += " (--ci takes an optional count: write it after the files, or give the count, --ci 1000)"
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
@@ -108,16 +109,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     for subcommand in SUBCOMMANDS:
         subcommand.add_parser(commands)
-    parser.set_defaults(commands=commands.choices)
     return parser
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    """``argv`` parsed; arguments left over are refused by the subcommand's parser, so that the error names the
-    subcommand they were given to (``torch-lwlrap compare: error: unrecognized arguments: --top 3``)."""
+    """``argv`` parsed; arguments left over after the subcommand's name are refused by the subcommand's parser, so
+    that the error names the subcommand they were given to (``torch-lwlrap compare: error: unrecognized arguments:
+    --top 3``); those before it, by the program's."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, extras = parser.parse_known_args(argv)
     if extras:
-        args.commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        where = argv.index(args.command) if args.command in argv else len(argv)
+        before = [extra for extra in extras if extra in argv[:where]]
+        owner = parser if before else commands[args.command]
+        owner.error(f"unrecognized arguments: {' '.join(before or extras)}")
     return args
 
 

@@ -12,6 +12,7 @@ import functools
 import gzip
 import math
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -390,14 +391,14 @@ def check_plot_target(path: str) -> str:
     """Before any scoring: ``--plot PATH`` can be written (matplotlib installed, a file name, not a folder, in a
     folder that is there and writable, of a format matplotlib writes), so that a long run never ends in an error
     that throws its report away. Returns the file the chart goes to: ``PATH``, with ``.png`` added where it names no
-    format (as matplotlib would add it), so that the report names the file written.
+    format (matplotlib's default format), so that the report names the file written.
 
     Example:
         >>> check_plot_target("per_class")
         'per_class.png'
     """
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib
     except ImportError:
         raise CommandError(
             "--plot needs matplotlib, which is not installed: pip install matplotlib (the package's plot extra)."
@@ -408,10 +409,12 @@ def check_plot_target(path: str) -> str:
         )
     from matplotlib.backend_bases import FigureCanvasBase
 
-    formats = FigureCanvasBase.get_supported_filetypes()
+    formats = dict(FigureCanvasBase.get_supported_filetypes())
+    if shutil.which(matplotlib.rcParams["pgf.texsystem"]) is None:  # pgf needs a LaTeX install to write
+        formats.pop("pgf", None)
     extension = os.path.splitext(path)[1][1:].lower()
     if not extension:
-        path += ".png"
+        path = path.rstrip(".") + ".png"
     elif extension not in formats:
         raise CommandError(
             f"--plot {path}: matplotlib writes no '.{extension}' files: end the name with one of "
@@ -470,7 +473,7 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
                 ax.tick_params(axis="y", labelsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=100)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: a writer's missing tool (LaTeX for .pgf)
         message = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise CsvFormatError(f"cannot write the plot to {path!r}: {message}.") from None
     finally:

@@ -310,7 +310,7 @@ def write_plot(result: Dict, path: str) -> None:
         )
         fig.tight_layout()
         fig.savefig(path, dpi=100)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: a writer's missing tool (LaTeX for .pgf)
         message = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise CommandError(f"cannot write the plot to {path!r}: {message}.") from None
     finally:

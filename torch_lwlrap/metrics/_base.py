@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import warnings
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -177,9 +176,11 @@ class TaggedMetric(Metric):
             # the gather). With no sums anywhere, each metric's own compute says so.
             if self._update_count or not _syncs_other_processes(self):
                 return wrapped(*args, **kwargs)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=r"The ``compute`` method of metric .* before the ``update``")
+            self._update_count = 1  # what torchmetrics reads for its warning (no process-wide warning filter)
+            try:
                 return wrapped(*args, **kwargs)
+            finally:
+                self._update_count = 0
 
         return eager_only(compute_on_any_rank)
 
@@ -289,7 +290,8 @@ class TaggedMetric(Metric):
             return (
                 f"records no options (it has no 'options_tag' entry, which every checkpoint of a torch_lwlrap metric "
                 f"carries), so nothing tells what its sums mean. If it was saved by a metric with this one's options "
-                f"({_describe(ours)}), set the entry: state_dict['options_tag'] = metric.options_tag"
+                f"({_describe(ours)}), set the entry (under the metric's prefix in a module's state dict): "
+                f"state_dict['options_tag'] = metric.options_tag"
             ), {}
         cast = isinstance(tag, Tensor) and tag.dtype != torch.int64
         if cast:  # set_dtype cast every state in earlier versions (it keeps the tag int64 now)
@@ -556,7 +558,10 @@ def _syncs_other_processes(metric: Metric) -> bool:
     syncing on): a process that saw no batch still has a value then."""
     import torch.distributed as dist
 
+    available = getattr(metric, "distributed_available_fn", None)  # the switch torchmetrics' sync itself reads
     if not (metric._to_sync and dist.is_available() and dist.is_initialized()):
+        return False
+    if available is not None and not available():
         return False
     return dist.get_world_size(metric.process_group) > 1
 
