@@ -34,20 +34,20 @@ from torchmetrics.utilities.distributed import gather_all_tensors
 from torch_lwlrap._checks import check_batch, check_flag
 from torch_lwlrap._engine_config import eager_only
 from torch_lwlrap.metrics._tags import (
-    _cast_tag_refusal,
-    class_code,
-    _decoded,
-    _describe,
-    encode_tag,
-    Option,
+    _SUM_DTYPES,
     PREVIOUS_LAYOUT,
     SETTINGS_MARK,
-    _SUM_DTYPES,
     TAG_LAYOUT,
-    tag_owner,
+    Option,
+    _cast_tag_refusal,
+    _decoded,
+    _describe,
     _tagged_sum_dtype,
     _uncast_tag,
     _without_settings,
+    class_code,
+    encode_tag,
+    tag_owner,
 )
 
 #: Options that may differ from process to process: a bootstrap seed drawn in each (``bootstrap_seed=None``, torch
@@ -558,9 +558,9 @@ def _syncs_other_processes(metric: Metric) -> bool:
     syncing on): a process that saw no batch still has a value then."""
     import torch.distributed as dist
 
-    available = getattr(metric, "distributed_available_fn", None)  # the switch torchmetrics' sync itself reads
     if not (metric._to_sync and dist.is_available() and dist.is_initialized()):
         return False
+    available = getattr(metric, "distributed_available_fn", None)  # the switch torchmetrics' sync itself reads
     if available is not None and not available():
         return False
     return dist.get_world_size(metric.process_group) > 1
