@@ -656,6 +656,22 @@ def test_exponential_gains_of_the_smallest_grades_are_not_rounded_away():
     assert first.item() == pytest.approx(1.0, rel=1e-12)
 
 
+def test_exponential_gains_of_small_fractional_grades_keep_their_precision():
+    # exp2(rel) - 1 keeps about 1e-16 / (rel ln 2) of a small grade's gain: 1.6e-6 at rel = 1e-10, which moved the
+    # NDCG of a row of such grades in its eighth digit. Soft labels (a teacher's sigmoid) give grades this small.
+    preds = torch.tensor([[0.5, 0.4, 0.3, 0.2, 0.1], [0.1, 0.9, 0.3, 0.7, 0.5]], dtype=torch.float64)
+    relevance = torch.tensor([[1e-10, 3e-10, 7e-10, 2e-10, 5e-10], [0.25, 1e-7, 0.999, 3e-12, 0.5]],
+                             dtype=torch.float64)
+    for ties in ("max", "index", "expected"):
+        for k in (None, 2):
+            got = multilabel_ndcg(preds, relevance, k, ties=ties)
+            want = naive_ndcg(preds, relevance, k, "exponential", ties)
+            assert got.item() == pytest.approx(want, rel=1e-13, abs=0), (ties, k)
+    # Whole grades in a floating tensor still give exactly 2**rel - 1: the 0/1 case equals the retrieval NDCG.
+    whole = torch.tensor([[0.0, 1.0, 2.0, 3.0, 1.0]], dtype=torch.float64)
+    assert multilabel_ndcg(preds[:1], whole).item() == multilabel_ndcg(preds[:1], whole.long()).item()
+
+
 def _pair_calls():
     """Every update of two score tensors, as (argument names, call)."""
     return [

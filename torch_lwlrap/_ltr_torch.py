@@ -160,17 +160,19 @@ def distance_rows(a: Tensor, b: Tensor, k: int) -> Tensor:
 def gains(relevance: Tensor, gain: str) -> Tensor:
     """float64 gains of relevance grades: ``2**rel - 1`` (``"exponential"``) or ``rel`` (``"linear"``).
 
-    ``exp2(rel) - 1`` is exact for whole grades, but rounds a floating grade under about 1e-16 to a gain of 0 (a
-    relevant label counted as irrelevant). For floating grades the gain is therefore at least ``rel ln 2``, which
-    is below ``2**rel - 1`` for every grade and within ``rel ln 2 / 2`` of it, relatively, for small ones: two cheap
-    elementwise passes where ``expm1`` and a select would cost three times the ``exp2`` (and whole grades of an
-    integer dtype need neither)."""
+    ``exp2(rel) - 1`` is exact for whole grades and within a few ulps for grades of 1 and more, but loses the
+    relative precision of a small floating grade to the subtraction (a grade of 1e-10 to 1.6e-6 of its gain, one
+    under about 1e-16 to a gain of 0: a relevant label counted as irrelevant). Floating grades below 1 therefore take
+    ``expm1(rel ln 2)``, within an ulp or two of ``2**rel - 1`` (grade 0 still gives exactly 0); whole grades of an
+    integer dtype need neither."""
     floating = relevance.is_floating_point()
     relevance = relevance.to(torch.float64)
     if gain != "exponential":
         return relevance
     out = torch.exp2(relevance).sub_(1)
-    return torch.maximum(out, relevance * math.log(2)) if floating else out
+    if not floating:
+        return out
+    return torch.where(relevance < 1, torch.expm1(relevance * math.log(2)), out)
 
 
 def ndcg_rows(
