@@ -208,6 +208,47 @@ def test_a_forward_with_arguments_update_does_not_take_changes_nothing(name):
     assert metric._update_count == 1
 
 
+def test_a_forward_that_does_not_fit_update_names_the_metric_and_its_arguments():
+    """In a collection the user cannot tell which metric refused a call: the message names it, the arguments its
+    ``update`` takes, and a keyword it does not take."""
+    from torchmetrics import MetricCollection
+
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    y = (torch.rand(4, 5) < 0.5).long()
+    with pytest.raises(TypeError, match=r"^MultilabelRankCorrelation: `metric\(\.\.\.\)` takes the arguments of "
+                                        r"`metric.update\(preds, reference\)`, but this call does not fit them \(it "
+                                        r"names `target`, which `update` does not take\)\.$"):
+        torch_lwlrap.MultilabelRankCorrelation(5)(a, target=b)
+    with pytest.raises(TypeError, match=r"^MultilabelKendallDistanceAtK: .*`metric.update\(preds_a, preds_b\)`.*"
+                                        r"\(missing a required argument: 'preds_b'\)\.$"):
+        torch_lwlrap.MultilabelKendallDistanceAtK(5, 2)(a)
+    collection = MetricCollection({"lwlrap": torch_lwlrap.MultilabelLWLRAP(5), "ndcg": torch_lwlrap.MultilabelNDCG(5)})
+    with pytest.raises(TypeError, match=r"^MultilabelNDCG: .*`metric.update\(preds, relevance, "
+                                        r"sample_weight=None\)`.*missing a required argument: 'relevance'"):
+        # (the collection passes each metric only the keywords its update takes)
+        collection(a, target=y)
+
+
+@pytest.mark.parametrize("second", ["target", "relevance"])
+def test_classes_in_the_last_dimension_get_the_movedim_hint(second):
+    preds = torch.rand(4, 7, 5)
+    labels = torch.randint(0, 2, (4, 7, 5))
+    call = {
+        "target": lambda: torch_lwlrap.multilabel_lwlrap(preds, labels, num_labels=5),
+        "relevance": lambda: torch_lwlrap.MultilabelNDCG(5).update(preds, labels),
+    }[second]
+    with pytest.raises(ValueError, match=rf"Expected 5 labels \(`num_labels`\) in dimension 1 of `preds`, but got "
+                                         rf"shape \(4, 7, 5\): the classes look like the last dimension, move them to "
+                                         rf"dimension 1 with `preds.movedim\(-1, 1\)` and `{second}.movedim\(-1, 1\)`\."):
+        call()
+    moved = torch_lwlrap.multilabel_lwlrap(preds.movedim(-1, 1), labels.movedim(-1, 1), num_labels=5)
+    flat = torch_lwlrap.multilabel_lwlrap(preds.reshape(-1, 5), labels.reshape(-1, 5))
+    assert moved.item() == pytest.approx(flat.item(), rel=1e-12)  # the fix scores every (sample, position) row
+    with pytest.raises(ValueError) as info:  # not the hint where the last dimension is not the classes either
+        torch_lwlrap.multilabel_lwlrap(torch.rand(4, 7, 6), torch.randint(0, 2, (4, 7, 6)), num_labels=5)
+    assert "movedim" not in str(info.value)
+
+
 NUM_LABELS_FUNCTIONS = {
     "multilabel_lwlrap": lambda p, y, n: torch_lwlrap.multilabel_lwlrap(p, y, num_labels=n),
     "multilabel_lwlrap_per_class": lambda p, y, n: torch_lwlrap.multilabel_lwlrap_per_class(p, y, num_labels=n),

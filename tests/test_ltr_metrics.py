@@ -600,7 +600,7 @@ def test_errors_name_the_argument_the_value_and_the_fix():
         multilabel_kendall_distance_at_k(a, b, 0)
     with pytest.raises(ValueError, match=r"Expected 6 labels \(`num_labels`\).*\(4, 5\)"):
         MultilabelKendallDistanceAtK(6, k=2).update(a, b)
-    with pytest.raises(ValueError, match=r"`relevance` must be non-negative and finite.*\[-0.5, -0.5\] \(first at index \(0, 1\)\)"):
+    with pytest.raises(ValueError, match=r"`relevance` must be non-negative and finite, but found the values \[-0.5\] \(first at index \(0, 1\)\)\. Relevance grades are the graded targets: 0 for irrelevant labels, larger for more relevant ones\.$"):
         multilabel_ndcg(a, torch.tensor([[0, -0.5, 1, 2, 0]] * 2 + [[0, 0, 1, 2, 0]] * 2))
     with pytest.raises(ValueError, match=r"below 1024 with gain=\"exponential\""):
         multilabel_ndcg(a, torch.full((4, 5), 2000.0))
@@ -612,7 +612,7 @@ def test_errors_name_the_argument_the_value_and_the_fix():
             MultilabelNDCG(5, ignore_index=beyond)
         with pytest.raises(ValueError, match=r"`ignore_index` must fit an int64.*mark unknown labels with -1"):
             multilabel_ndcg(a, b.abs(), ignore_index=beyond)
-    too_high = r"below 1024 with gain=\"exponential\".*\[2000, 2000, 2000\] \(first at index \(1, 2\)\)"
+    too_high = r"below 1024 with gain=\"exponential\".*\[2000\] \(first at index \(1, 2\)\)"
     with pytest.raises(ValueError, match=too_high):
         multilabel_ndcg(a, torch.tensor([[0, 1, 2, 3, 0]] + [[0, 1, 2000, 3, 0]] * 3, dtype=torch.int16))
     with pytest.raises(ValueError, match=r"`gain` must be one of \('exponential', 'linear'\)"):
@@ -670,6 +670,62 @@ def test_exponential_gains_of_small_fractional_grades_keep_their_precision():
     # Whole grades in a floating tensor still give exactly 2**rel - 1: the 0/1 case equals the retrieval NDCG.
     whole = torch.tensor([[0.0, 1.0, 2.0, 3.0, 1.0]], dtype=torch.float64)
     assert multilabel_ndcg(preds[:1], whole).item() == multilabel_ndcg(preds[:1], whole.long()).item()
+
+
+def test_relevance_errors_point_to_the_fix():
+    """Marks of unknown labels and grades too large for exponential gains: the error names the rule broken, the
+    distinct values, and the option that takes them; the metric's sums stay as they were."""
+    preds = torch.tensor([[0.9, 0.1, 0.5, 0.3], [0.2, 0.8, 0.4, 0.6], [0.3, 0.2, 0.1, 0.7]])
+    marks = torch.tensor([[1, -1, 0, 2], [0, 0, -1, 1], [2, 1, 0, -1]])
+    with pytest.raises(ValueError, match=r"must be non-negative and finite, but found the values \[-1\] \(first at "
+                                         r"index \(0, 1\)\).*Fix: if they mark unknown labels, pass `ignore_index=-1`"):
+        multilabel_ndcg(preds, marks)
+    with_nan = torch.where(marks < 0, math.nan, marks.double())
+    with pytest.raises(ValueError, match=r"found the values \[nan\].*pass `ignore_index=-1` after "
+                                         r"`relevance.nan_to_num\(-1\)`"):
+        multilabel_ndcg(preds, with_nan)
+    # Following each fix gives the value of the marks left out.
+    expected = naive_ndcg(preds, marks, None, "exponential", "max", ignore_index=-1)
+    assert multilabel_ndcg(preds, marks, ignore_index=-1).item() == pytest.approx(expected, rel=1e-12)
+    assert multilabel_ndcg(preds, with_nan.nan_to_num(-1), ignore_index=-1).item() == pytest.approx(expected, rel=1e-12)
+    large = marks.clamp(min=0) * 1000
+    with pytest.raises(ValueError) as info:
+        multilabel_ndcg(preds, large)
+    message = str(info.value)
+    assert 'must be below 1024 with gain="exponential"' in message and "non-negative" not in message, message
+    assert "found the values [2000]" in message and 'pass `gain="linear"`' in message, message
+    both = torch.tensor([[-2.0, 3000.0, 0.0, 1.0]] * 3)
+    with pytest.raises(ValueError, match=r"must be non-negative and finite and below 1024 .*\[-2.0, 3000.0\].*"
+                                         r"`ignore_index=-2`.*`gain=\"linear\"`"):
+        multilabel_ndcg(preds, both)
+    with pytest.raises(ValueError) as info:  # several kinds of negative values: no mark to name
+        multilabel_ndcg(preds, torch.tensor([[-2.0, -1.0, 0.0, 1.0]] * 3))
+    assert "ignore_index" not in str(info.value) and "[-2.0, -1.0]" in str(info.value), str(info.value)
+    metric = MultilabelNDCG(4)
+    metric.update(preds, marks.clamp(min=0))
+    held = {name: value.clone() for name, value in metric.metric_state.items()}
+    with pytest.raises(ValueError, match=r"ignore_index=-1"):
+        metric.update(preds, marks)
+    assert all(torch.equal(held[name], value) for name, value in metric.metric_state.items())
+
+
+def test_swapped_ndcg_arguments_are_called_swapped():
+    """Integer grades first and float scores second: the error says the arguments look swapped (converting the grades
+    with ``.float()``, the fix for integer scores, would score the labels by the scores)."""
+    probs = torch.tensor([[0.9, 0.2, 0.7, 0.1], [0.3, 0.8, 0.6, 0.4]])
+    labels = torch.tensor([[1, 0, 0, 1], [0, 1, 1, 0]])
+    with pytest.raises(TypeError, match=r"`preds` must be a floating point tensor of scores, but got dtype "
+                                        r"torch.int64, and `relevance` has the floating dtype torch.float32.*look "
+                                        r"swapped.*`multilabel_ndcg\(preds=scores, relevance=grades\)`"):
+        multilabel_ndcg(labels, probs)
+    with pytest.raises(TypeError, match=r"look swapped.*`metric.update\(preds=scores, relevance=grades\)` on your "
+                                        r"MultilabelNDCG"):
+        MultilabelNDCG(4).update(labels, probs)
+    with pytest.raises(TypeError, match=r"look swapped.*`metric\(preds=scores, relevance=grades\)` on your "
+                                        r"MultilabelNDCG"):
+        MultilabelNDCG(4)(labels.bool(), probs)
+    with pytest.raises(TypeError, match=r"`preds.float\(\)`"):  # integer scores and integer grades: convert
+        multilabel_ndcg(labels, labels)
 
 
 def _pair_calls():

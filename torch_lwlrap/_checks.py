@@ -52,7 +52,7 @@ def values_only(value):
     return value.resolve_neg().resolve_conj() if value.is_neg() or value.is_conj() else value
 
 
-def user_call() -> str:
+def user_call(second: str = "target=labels") -> str:
     """How the user called into the package, for an error that tells them how to call it: the outermost call of a
     :mod:`torch_lwlrap` function or method below the first frame outside the library, written as a call with the
     scores first, in backticks (```multilabel_ranking_loss(preds=scores, target=labels)```, or
@@ -66,14 +66,14 @@ def user_call() -> str:
             outermost = frame
         frame = frame.f_back
     if outermost is None:
-        return "`multilabel_lwlrap(preds=scores, target=labels)`"
+        return f"`multilabel_lwlrap(preds=scores, {second})`"
     name, owner = outermost.f_code.co_name, outermost.f_locals.get("self")
     if owner is not None:
         call = "metric" if name == "forward" else f"metric.{name}"
-        return f"`{call}(preds=scores, target=labels)` on your {type(owner).__name__}"
+        return f"`{call}(preds=scores, {second})` on your {type(owner).__name__}"
     if "preds_a" in outermost.f_code.co_varnames[: outermost.f_code.co_argcount + outermost.f_code.co_kwonlyargcount]:
         return f"`{name}(preds_a=scores_a, preds_b=scores_b, target=labels)`"
-    return f"`{name}(preds=scores, target=labels)`"
+    return f"`{name}(preds=scores, {second})`"
 
 
 def _check_kind(name: str, value: Tensor) -> None:
@@ -495,9 +495,15 @@ def _check_same(names: Tuple[str, str], first: Tensor, second: Tensor, num_label
     if num_labels is not None and (type(num_labels) is not int or num_labels < 1):  # a metric's own passes
         num_labels = check_num_labels(num_labels)  # a bool, a float: refused as the metric classes refuse them
     if num_labels is not None and first.shape[1] != num_labels:
+        last = ""
+        if first.ndim > 2 and first.shape[-1] == num_labels:
+            last = (
+                f": the classes look like the last dimension, move them to dimension 1 with "
+                f"`{names[0]}.movedim(-1, 1)` and `{names[1]}.movedim(-1, 1)`"
+            )
         raise ValueError(
             f"Expected {num_labels} labels (`num_labels`) in dimension 1 of `{names[0]}`, but got shape "
-            f"{tuple(first.shape)}."
+            f"{tuple(first.shape)}{last}."
         )
 
 
@@ -574,8 +580,16 @@ def check_graded(
     """Scores and graded relevance of one shape (and sample weights), checked; returned as values only."""
     preds, relevance, sample_weight = values_only(preds), values_only(relevance), values_only(sample_weight)
     validate_args = check_flag("validate_args", validate_args)
-    _check_scores("preds", preds, "scores")
+    _check_is_tensor("preds", preds)
     _check_is_tensor("relevance", relevance)
+    if not preds.is_floating_point() and not preds.is_complex() and relevance.is_floating_point():
+        raise TypeError(
+            f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and "
+            f"`relevance` has the floating dtype {relevance.dtype}. If `preds` holds the relevance grades, the "
+            f"arguments look swapped: pass the scores first and the grades second, "
+            f"{user_call('relevance=grades')}."
+        )
+    _check_scores("preds", preds, "scores")
     _check_kind("relevance", relevance)
     if relevance.is_complex():
         raise TypeError(f"Argument `relevance` must be a real-valued tensor, but got dtype {relevance.dtype}.")
@@ -602,17 +616,46 @@ def check_graded(
         raise _nan_error("preds", preds)
     bad = _bad_relevance(relevance, ignore_index, gain)
     if bad.any():
-        found = relevance[bad][:5].tolist()
-        where = tuple(bad.nonzero()[0].tolist())
-        allowed = "non-negative and finite" if ignore_index is None else f"non-negative and finite, or {ignore_index}"
-        if gain == "exponential":
-            allowed += f', below {MAX_EXPONENTIAL_RELEVANCE} with gain="exponential" (2**rel - 1 must be a float64)'
-        raise ValueError(
-            f"Argument `relevance` must be {allowed}, but found {found} (first at index {where}). Relevance "
-            f"grades are the graded targets: 0 for irrelevant labels, larger for more relevant ones."
-        )
+        raise _bad_relevance_error(relevance, bad, ignore_index, gain)
     found = sample_weight[~torch.isfinite(sample_weight) | (sample_weight < 0)][:5].tolist()
     raise ValueError(f"Argument `sample_weight` must be non-negative and finite, but found the values {found}.")
+
+
+def _bad_relevance_error(relevance: Tensor, bad: Tensor, ignore_index: Optional[int], gain: str) -> ValueError:
+    """The error for grades that :func:`_bad_relevance` refuses (``bad``: where): the rules they break, their
+    distinct values, and the fix they point to (marks of unknown labels, grades too large for exponential gains)."""
+    found = torch.unique(relevance[bad])
+    nan = found.is_floating_point() and bool(torch.isnan(found).any())
+    if nan:  # each NaN apart in unique's result: shown once
+        found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])
+    finite = found[torch.isfinite(found)] if found.is_floating_point() else found
+    invalid = nan or bool((found < 0).any()) or bool((found == math.inf).any())
+    large = gain == "exponential" and bool((finite >= MAX_EXPONENTIAL_RELEVANCE).any())
+    rules = []
+    if invalid:
+        rules.append("non-negative and finite" + ("" if ignore_index is None else f" (or {ignore_index})"))
+    if large:
+        rules.append(f'below {MAX_EXPONENTIAL_RELEVANCE} with gain="exponential" (2**rel - 1 must be a float64)')
+    shown = ", ".join(repr(value) for value in found[:5].tolist()) + (", ..." if found.numel() > 5 else "")
+    where = tuple(bad.nonzero()[0].tolist())
+    fixes = []
+    marks = found[found < 0]
+    whole_mark = marks.numel() == 1 and float(marks[0]) == round(float(marks[0])) and float(marks[0]) >= -(2**63)
+    if nan or (whole_mark and not bool((found == math.inf).any())):
+        mark = "-1" if nan else str(int(marks[0].item()))
+        fixes.append(
+            f"if {'NaN marks' if nan else 'they mark'} unknown labels, pass `ignore_index={mark}`"
+            + (" after `relevance.nan_to_num(-1)`" if nan else "")
+            + ": they are then left out of the ranking"
+        )
+    if large:
+        fixes.append('for grades this large pass `gain="linear"`, which takes each grade as its gain')
+    fix = (" Fix: " + "; ".join(fixes) + ".") if fixes else ""
+    return ValueError(
+        f"Argument `relevance` must be {' and '.join(rules)}, but found the values [{shown}] (first at index "
+        f"{where}). Relevance grades are the graded targets: 0 for irrelevant labels, larger for more relevant "
+        f"ones.{fix}"
+    )
 
 
 def _bad_relevance(relevance: Tensor, ignore_index: Optional[int], gain: str) -> Tensor:

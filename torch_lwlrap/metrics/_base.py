@@ -193,7 +193,20 @@ class TaggedMetric(Metric):
         first, so a rejected batch (or a call with the wrong arguments) raises before anything changes, and the
         accumulated states are kept.
         """
-        _update_signature(type(self)).bind(self, *args, **kwargs)  # a call with the wrong arguments raises here
+        signature = _update_signature(type(self))
+        try:
+            signature.bind(self, *args, **kwargs)  # a call with the wrong arguments raises here
+        except TypeError as err:
+            arguments = ", ".join(
+                name if parameter.default is inspect.Parameter.empty else f"{name}={parameter.default!r}"
+                for name, parameter in signature.parameters.items() if name != "self"
+            )
+            unknown = [f"`{name}`" for name in kwargs if name not in signature.parameters]
+            reason = f"it names {', '.join(unknown)}, which `update` does not take" if unknown else str(err)
+            raise TypeError(
+                f"{type(self).__name__}: `metric(...)` takes the arguments of `metric.update({arguments})`, but this "
+                f"call does not fit them ({reason})."
+            ) from None
         name, first = _first_argument(self, args, kwargs)
         _check_device(self, first, name)
         self._check_batch(*args, **kwargs)
