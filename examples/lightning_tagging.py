@@ -11,8 +11,13 @@ Run it on whatever is available, or on two CPU processes with DDP (gloo)::
     python examples/lightning_tagging.py --accelerator cpu --devices 2 --strategy ddp --quiet
 
 At the end of every validation epoch the predictions and targets of all processes are gathered, and the value the
-metric logged (its sum-only states reduced across processes) is printed beside the value recomputed in one piece
-over all the gathered predictions: the two are equal, with one process or many.
+metric logged (its sum-only states reduced across processes) is set beside the value recomputed in one piece over
+all the gathered predictions: the two are equal, with one process or many. Each epoch's pair is printed as an info
+message (not with ``--quiet``); the last epoch's is printed at the end in any case.
+
+The records stay in the process that trains: run it with one process or with ``--strategy ddp`` (a launcher that
+starts the script again for each rank), not with a strategy that trains in spawned or forked child processes
+(``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``), which are refused.
 
 The *trained model* differs between one process and two: under DDP each process trains on its half of the training
 set, so an epoch takes half as many optimizer steps (each on the gradient averaged over both processes' batches),
@@ -30,6 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import os
 import tempfile
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -191,21 +198,64 @@ class EpochRecorder(Callback):
         )
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, but got {text!r}")
+    return value
+
+
+def _devices(text: str) -> Any:
+    if text == "auto":
+        return text
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f'expected a number of devices (processes) or "auto", but got {text!r}: pass a count, as in --devices 2'
+        ) from None
+
+
+#: Lightning strategies that train in child processes (spawned or forked): the records would stay there.
+CHILD_PROCESS_STRATEGIES = ("spawn", "fork", "notebook")
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=2, help="training epochs (default: 2)")
+    parser.add_argument("--epochs", type=_positive, default=2, help="training epochs (default: 2)")
     parser.add_argument("--accelerator", default="auto", help='"auto", "cpu", "gpu", ... (default: auto)')
-    parser.add_argument("--devices", default="1", help='number of devices/processes, or "auto" (default: 1)')
-    parser.add_argument("--strategy", default="auto", help='"auto", "ddp", ... (default: auto)')
-    parser.add_argument("--num-train", type=int, default=1024, help="training clips (default: 1024)")
-    parser.add_argument("--num-val", type=int, default=250, help="validation clips (default: 250)")
-    parser.add_argument("--batch-size", type=int, default=32, help="batch size per process (default: 32)")
+    parser.add_argument(
+        "--devices", type=_devices, default=1, help='number of devices/processes, or "auto" (default: 1)'
+    )
+    parser.add_argument("--strategy", default="auto", help='"auto" or "ddp" (default: auto)')
+    parser.add_argument("--num-train", type=_positive, default=1024, help="training clips (default: 1024)")
+    parser.add_argument("--num-val", type=_positive, default=250, help="validation clips (default: 250)")
+    parser.add_argument("--batch-size", type=_positive, default=32, help="batch size per process (default: 32)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and the model (default: 0)")
     parser.add_argument("--out", default=None, help="JSON file for the per-epoch values and predictions")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, model summary or info messages")
     args = parser.parse_args(argv)
-    if args.devices != "auto":
-        args.devices = int(args.devices)
+    if any(word in args.strategy for word in CHILD_PROCESS_STRATEGIES):
+        parser.error(
+            f"--strategy {args.strategy} trains in child processes, which keep this example's records to "
+            f"themselves (nothing would be printed or written): use --strategy ddp"
+        )
+    if isinstance(args.devices, int):
+        for name in ("num_train", "num_val"):
+            if getattr(args, name) < args.devices:
+                parser.error(
+                    f"--{name.replace('_', '-')} {getattr(args, name)} leaves a process of {args.devices} without a "
+                    f"sample: give at least {args.devices}"
+                )
+    if args.out is not None:
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out):
+            parser.error(f"--out {args.out} is a folder: name a file in it, as {os.path.join(args.out, 'run.json')}")
+        if not os.path.isdir(folder):
+            parser.error(f"--out {args.out}: the folder {folder} does not exist")
     return args
 
 
@@ -251,7 +301,8 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         if world > 1:
             print(
                 f"Each of the {world} processes trained on 1/{world} of the training set per epoch: "
-                f"{trainer.global_step} optimizer steps, where one process takes {world * trainer.global_step}. "
+                f"{trainer.global_step} optimizer steps, where one process takes "
+                f"{args.epochs * math.ceil(args.num_train / args.batch_size)}. "
                 f"The model trained less, so its score differs from a single-process run; the metric itself "
                 f"equals the value over all predictions."
             )

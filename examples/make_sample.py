@@ -149,6 +149,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="folder to write into (default: examples/data next to this script)",
     )
     args = parser.parse_args(argv)
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        parser.error(f"--out-dir {args.out_dir} is a file, not a folder: name a folder to write the samples into")
     for path in make_sample(args.out_dir):
         print(f"wrote {path}")
     return 0

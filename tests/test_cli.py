@@ -474,6 +474,20 @@ def test_plot_errors(tmp_path, capsys, monkeypatch):
 # Sample files
 
 
+def test_sample_maker_refuses_a_file_as_its_folder(tmp_path):
+    (tmp_path / "taken").write_text("x")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "make_sample.py"), "--out-dir", str(tmp_path / "taken")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().endswith(f"--out-dir {tmp_path / 'taken'} is a file, not a folder: name a folder to write "
+                                        f"the samples into"), done.stderr
+    assert (tmp_path / "taken").read_text() == "x"
+
+
 def test_sample_files_regenerate_identically_and_score(tmp_path, capsys):
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "make_sample.py"), "--out-dir", str(tmp_path)],

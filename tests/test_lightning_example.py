@@ -36,7 +36,9 @@ def _run_example(tmp_path: Path, *args: str) -> dict:
     assert result.returncode == 0, f"example failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     assert "recomputed over all gathered predictions" in result.stdout, result.stdout
     assert out.exists(), f"example wrote no {out.name}:\n{result.stdout}\n{result.stderr}"
-    return json.loads(out.read_text())
+    run = json.loads(out.read_text())
+    run["stdout"] = result.stdout
+    return run
 
 
 def _check_logged_values(run: dict, num_val: int) -> None:
@@ -73,10 +75,13 @@ def _check_logged_values(run: dict, num_val: int) -> None:
 @pytest.mark.slow
 def test_ddp_two_cpu_processes_log_the_whole_set_value(tmp_path):
     # 203 samples: uneven shards (102 + 101) and a partial last batch on each process
-    args = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--num-val", "203", "--batch-size", "32"]
+    # 70 training clips: 35 a process, 2 batches of 32 an epoch; one process would take 3 (70 / 32, rounded up)
+    args = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--num-val", "203", "--batch-size", "32",
+            "--num-train", "70"]
     run = _run_example(tmp_path, *args)
     assert run["config"]["world_size"] == 2
     _check_logged_values(run, num_val=203)
+    assert "4 optimizer steps, where one process takes 6." in run["stdout"], run["stdout"]
 
 
 @pytest.mark.slow
@@ -84,3 +89,42 @@ def test_single_device_run(tmp_path):
     run = _run_example(tmp_path, "--accelerator", "cpu", "--devices", "1", "--num-val", "150", "--batch-size", "16")
     assert run["config"]["world_size"] == 1
     _check_logged_values(run, num_val=150)
+
+
+def _example_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lightning_tagging", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--strategy", "ddp_spawn", "--devices", "2"], "--strategy ddp_spawn trains in child processes"),
+        (["--strategy", "ddp_fork"], "use --strategy ddp"),
+        (["--devices", "0,1"], "argument --devices: expected a number of devices (processes) or \"auto\", but got '0,1'"),
+        (["--epochs", "0"], "argument --epochs: expected a whole number of 1 or more, but got '0'"),
+        (["--num-val", "-3"], "argument --num-val: expected a whole number of 1 or more"),
+        (["--devices", "3", "--num-val", "2"], "--num-val 2 leaves a process of 3 without a sample: give at least 3"),
+        (["--out", "{tmp}"], "is a folder: name a file in it"),
+        (["--out", "{tmp}/missing/run.json"], "missing does not exist"),
+    ],
+)
+def test_the_example_refuses_what_it_cannot_run_before_training(tmp_path, capsys, args, message):
+    """Options that would train and then print or write nothing (a strategy whose child processes keep the records,
+    an --out that cannot be written), or fail inside Lightning: one argparse line, before any training."""
+    module = _example_module()
+    with pytest.raises(SystemExit) as info:
+        module.parse_args([arg.format(tmp=tmp_path) for arg in args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+def test_the_example_takes_its_documented_options(tmp_path):
+    args = _example_module().parse_args(["--devices", "auto", "--strategy", "ddp", "--out", str(tmp_path / "a.json")])
+    assert args.devices == "auto" and args.strategy == "ddp" and args.epochs == 2
+    assert _example_module().parse_args([]).devices == 1
