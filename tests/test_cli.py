@@ -21,7 +21,7 @@ import pytest
 from sklearn.metrics import label_ranking_average_precision_score
 
 import torch_lwlrap
-from tests.cli_output import without_compile_notice
+from tests.cli_output import is_error_line, without_compile_notice
 from tests.reference import naive_lwlrap_per_class
 from torch_lwlrap.cli import main
 
@@ -410,7 +410,7 @@ def check_one_line_error(code, out, err, words):
     assert out == ""
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("torch-lwlrap: error: ")
+    assert is_error_line(err), err
     for word in words:
         assert word in err, (word, err)
 
@@ -626,7 +626,7 @@ def test_file_mistakes_end_in_one_line_that_names_the_fix(tmp_path, capsys, case
     if "--plot" in extra:
         pytest.importorskip("matplotlib")
     code, out, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv", *extra)
-    assert (code, out) == (2, "") and err.count("\n") == 1 and err.startswith("torch-lwlrap: error: "), err
+    assert (code, out) == (2, "") and is_error_line(err), err
     for word in words:
         assert word in err, err
     for word in absent:

@@ -31,12 +31,17 @@ def run_cli(*argv, env=None, timeout=600):
                           cwd=REPO, env=environ, timeout=timeout)
 
 
-def check_one_line_error(done, words):
+def check_one_line_error(done, words, command=None):
+    """One line on stderr, exit status 2; an option's error (``command``: its subcommand) in argparse's usage form,
+    named by the subcommand, with its ``--help`` to read."""
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("torch-lwlrap: error: ")
+    prog = "torch-lwlrap" if command is None else f"torch-lwlrap {command}"
+    assert lines[0].startswith(f"{prog}: error: "), lines[0]
+    if command is not None:
+        assert lines[0].endswith(f" (see {prog} --help)"), lines[0]
     for word in words:
         assert word in lines[0], (word, lines[0])
 
@@ -66,7 +71,7 @@ ERRORS = {
 @pytest.mark.parametrize("case", list(ERRORS))
 def test_bad_arguments_exit_2_with_one_line(case):
     argv, words = ERRORS[case]
-    check_one_line_error(run_cli(*argv), words)
+    check_one_line_error(run_cli(*argv), words, command=argv[0])
 
 
 def test_the_seed_bounds_are_accepted():

@@ -20,7 +20,7 @@ import pytest
 import torch
 from sklearn.metrics import label_ranking_average_precision_score
 
-from tests.cli_output import without_compile_notice
+from tests.cli_output import is_error_line, without_compile_notice
 from tests.reference import naive_lwlrap
 from torch_lwlrap import compare_lwlrap
 
@@ -52,7 +52,7 @@ def cli_error(*args, stdin=None):
     """The one line on stderr of a run that must fail with status 2 and print nothing."""
     code, out, err = cli(*args, stdin=stdin)
     assert (code, out) == (2, ""), (code, out, err)
-    assert err.startswith("torch-lwlrap: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert is_error_line(err), err
     return err
 
 
@@ -135,7 +135,7 @@ def test_compare_checks_the_options_as_score_does(two_systems):
     (folder / "short_vocabulary.txt").write_text("\n".join(CLASSES[:-1]) + "\n")
     for option in (["--where", "usage=Secret"], ["--where", "split=test"], ["--classes", folder / "short_vocabulary.txt"]):
         error = cli_error("score", *files, *option)
-        assert cli_error("compare", *files, folder / "b.csv", *option) == error
+        assert cli_error("compare", *files, folder / "b.csv", *option) == error.replace("score", "compare")
     assert "--where usage=Secret selects no row" in cli_error("compare", *files, folder / "b.csv", "--where", "usage=Secret")
 
 

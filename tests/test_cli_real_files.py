@@ -18,6 +18,7 @@ import pytest
 import torch
 from sklearn.metrics import label_ranking_average_precision_score
 
+from tests.cli_output import is_error_line
 from tests.reference import naive_lwlrap_per_class
 from torch_lwlrap import multilabel_lrap, multilabel_lwlrap
 from torch_lwlrap.cli import main
@@ -97,7 +98,7 @@ def check_error(capsys, argv, words):
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, ""), err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("torch-lwlrap: error: ")
+    assert is_error_line(err), err
     for word in words:
         assert word in err, (word, err)
     return err

@@ -127,8 +127,16 @@ def _parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> ar
     return args
 
 
-def _error(message: str) -> int:
-    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+def _error(message: str, command: Optional[str] = None) -> int:
+    """One line on stderr, exit status 2. An error about an option (its message starts with the option, ``--seed
+    takes ...``) of the subcommand ``command`` is written as argparse's usage errors are (:class:`_Parser`): named
+    by the subcommand, with its ``--help`` to read."""
+    text = " ".join(message.split())
+    if command is not None and text.startswith("--"):
+        prog = f"{PROG} {command}"
+        print(f"{prog}: error: {text} (see {prog} --help)", file=sys.stderr)
+    else:
+        print(f"{PROG}: error: {text}", file=sys.stderr)
     return 2
 
 
@@ -181,7 +189,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with compile_notice(), _one_line_warnings():
             return args.run(args)
     except CommandError as err:
-        return _error(str(err))
+        return _error(str(err), args.command)
     except (MemoryError, RuntimeError) as err:
         if not is_out_of_memory(err):
             raise
