@@ -441,7 +441,15 @@ def test_not_utf8_and_directory(tmp_path, capsys):
     pred.write_text(GOOD_PRED)
     truth = tmp_path / "truth.csv"
     truth.write_bytes(b"fname,labels\na.wav,Caf\xe9\n")
-    check_one_line_error(*run_main(capsys, "score", truth, pred), ["truth.csv", "UTF-8"])
+    check_one_line_error(*run_main(capsys, "score", truth, pred), ["truth.csv', line 2 (fname 'a.wav') is not UTF-8",
+                                                                    "character 10 of the line", "encoding='utf-8'"])
+    # pandas' to_csv(encoding="latin-1"): the line and fname of the first byte that is not UTF-8 (it had given the
+    # byte's offset in the file only)
+    truth.write_text(GOOD_TRUTH)
+    pred.write_bytes(GOOD_PRED.replace("b.wav", "b\xe9.wav").encode("latin-1"))
+    code, out, err = run_main(capsys, "score", truth, pred)
+    check_one_line_error(code, out, err, ["prediction file", "line 3 (fname 'b\ufffd.wav') is not UTF-8",
+                                          "character 2 of the line"])
     check_one_line_error(*run_main(capsys, "score", tmp_path, pred), [str(tmp_path), "directory"])
 
 

@@ -242,7 +242,15 @@ def read_text(path: str, role: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise CsvFormatError(f"{role} file {name!r} is not UTF-8 text ({err.reason} at byte {err.start}).") from None
+        start = data.rfind(b"\n", 0, err.start) + 1
+        line = data.count(b"\n", 0, err.start) + 1
+        column = len(data[start:err.start].decode("utf-8", "replace")) + 1
+        fname = data[start:].split(b"\n", 1)[0].split(b",", 1)[0].decode("utf-8", "replace").strip('"\r')
+        where = f", line {line}" + (f" (fname {fname!r})" if line > 1 and fname else "")
+        raise CsvFormatError(
+            f"{role} file {name!r}{where} is not UTF-8 text ({err.reason} at byte {err.start}, character {column} "
+            f"of the line): write the file as UTF-8, e.g. df.to_csv(path, index=False, encoding='utf-8')."
+        ) from None
 
 
 def _read_plain_table(
