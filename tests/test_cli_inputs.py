@@ -471,9 +471,19 @@ def test_swapped_files_get_a_hint(tmp_path):
         assert "look swapped" in error and "the truth file comes first" in error
     error = cli_error("compare", tmp_path / "pred.csv", tmp_path / "truth.csv", tmp_path / "pred.csv")
     assert "look swapped" in error and "compare TRUTH.csv A.csv B.csv" in error
-    # A bad truth file next to a real submission is not called swapped.
+    # A hard 0/1 submission (thresholded predictions) reads as a wide truth table: the labels file in its place is
+    # the one that fails, and the files are still called swapped.
+    submission(fnames, (scores > 0.5).astype(np.int64)).to_csv(tmp_path / "hard.csv", index=False)
+    error = cli_error("score", tmp_path / "hard.csv", tmp_path / "truth.csv")
+    assert error.startswith("torch-lwlrap: error: prediction file") and "is not a number" in error, error
+    assert f"look swapped: '{tmp_path / 'hard.csv'}' reads as a submission and '{tmp_path / 'truth.csv'}' as a" in error
+    error = cli_error("compare", tmp_path / "hard.csv", tmp_path / "pred.csv", tmp_path / "truth.csv")
+    assert "look swapped" in error and "compare TRUTH.csv A.csv B.csv" in error, error
+    # A bad truth file next to a real submission is not called swapped; nor is a bad submission next to a truth.
     (tmp_path / "bad_truth.csv").write_text("fname,Bark\na.wav,0.5\n")
     assert "look swapped" not in cli_error("score", tmp_path / "bad_truth.csv", tmp_path / "pred.csv")
+    (tmp_path / "bad_pred.csv").write_text("fname," + ",".join(CLASSES) + "\na.wav" + ",x" * len(CLASSES) + "\n")
+    assert "look swapped" not in cli_error("score", tmp_path / "wide.csv", tmp_path / "bad_pred.csv")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -146,9 +146,15 @@ def read_inputs(
             raise
         raise CsvFormatError(f"{err}{hint}") from None
     named = set(all_truth.classes or ()).union(*all_truth.labels)
-    predictions = [
-        read_predictions(path, text=text, truth_classes=named) for path, text in zip(pred_paths, texts[1:])
-    ]
+    try:
+        predictions = [
+            read_predictions(path, text=text, truth_classes=named) for path, text in zip(pred_paths, texts[1:])
+        ]
+    except CsvFormatError as err:  # a 0/1 submission first reads as a wide truth: the labels file then fails here
+        hint = _swapped_hint(paths, texts)
+        if not hint:
+            raise
+        raise CsvFormatError(f"{err}{hint}") from None
     truth = select_rows(all_truth, where)
     if classes_path is not None:
         classes = read_classes(classes_path)
