@@ -319,6 +319,22 @@ def test_fnames_without_their_extension_are_counted_and_shown(tmp_path):
     assert f"its fnames read like {fnames[0].removesuffix('.wav')!r}" in error
 
 
+def test_missing_and_extra_rows_are_counted_and_the_fname_form_shown_only_where_it_differs(tmp_path):
+    fnames, scores, target = arrays(6, num_rows=20)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    # Two rows left out of a submission whose fnames are written as the truth's: no hint about their form.
+    submission(fnames[2:], scores[2:]).to_csv(tmp_path / "short.csv", index=False)
+    error = cli_error("score", tmp_path / "truth.csv", tmp_path / "short.csv")
+    assert f"fname {fnames[0]!r}" in error and "(and 1 more of its 20 fnames) is missing from prediction" in error
+    assert "read like" not in error, error
+    # Three rows the truth does not have: the first named, the others counted.
+    extra = [f"extra{i}.wav" for i in range(3)]
+    submission(fnames + extra, np.vstack([scores, scores[:3]])).to_csv(tmp_path / "long.csv", index=False)
+    error = cli_error("score", tmp_path / "truth.csv", tmp_path / "long.csv")
+    assert "fname 'extra0.wav' of prediction file" in error and "(and 2 more of its 23 fnames) is missing from truth" \
+        in error, error
+
+
 def test_rows_without_a_label_are_counted_on_the_samples_line(tmp_path):
     """An empty labels field (pandas writes an empty string as nothing) is a row without a positive: lwlrap leaves it
     out, LRAP counts it as 1 as scikit-learn does, and the report says how many there are."""

@@ -105,7 +105,9 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
         if fname not in pred_rows:
             missing = sum(name not in pred_rows for name in truth.fnames)
             more = f" (and {missing - 1} more of its {len(truth.fnames)} fnames)" if missing > 1 else ""
-            example = f"; its fnames read like {pred.fnames[0]!r}" if pred.fnames and missing > 1 else ""
+            # No prediction fname in the truth points to fnames written another way (without .wav, say): show one.
+            unlike = bool(pred.fnames) and not any(name in truth_fnames for name in pred.fnames)
+            example = f"; its fnames read like {pred.fnames[0]!r}" if unlike else ""
             raise CsvFormatError(
                 f"fname {fname!r} (truth file {truth.path!r}, line {line}){more} is missing from prediction file "
                 f"{pred.path!r}{example}{_selection_hint(truth, pred, unselected)}."
@@ -115,8 +117,10 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
         if fname in truth_fnames:
             kept.append(row)
         elif fname not in unselected:
+            extra = sum(name not in truth_fnames and name not in unselected for name in pred.fnames)
+            more = f" (and {extra - 1} more of its {len(pred.fnames)} fnames)" if extra > 1 else ""
             raise CsvFormatError(
-                f"fname {fname!r} of prediction file {pred.path!r} is missing from truth file {truth.path!r}."
+                f"fname {fname!r} of prediction file {pred.path!r}{more} is missing from truth file {truth.path!r}."
             )
     kept_rows = np.array(kept, dtype=np.int64)
     position = {fname: at for at, fname in enumerate(pred.fnames[row] for row in kept)}
