@@ -404,8 +404,33 @@ def test_tie_causes_of_scores_that_are_all_infinite_blame_no_rounding():
 
     scores = np.array([[np.inf, np.inf, -np.inf], [-np.inf, np.inf, -np.inf]])
     target = np.array([[1, 0, 0], [0, 1, 0]])
-    assert tie_causes(scores, target) == {"saturated_tied_label_count": 0, "score_decimals": None}
+    assert tie_causes(scores, target) == {"saturated_tied_label_count": 0, "score_decimals": None,
+                                          "score_significant_digits": None}
     assert tie_causes(np.array([[np.inf, 2.0, 2.0]]), np.array([[0, 1, 0]]))["score_decimals"] == 0
+
+
+def test_tie_block_on_scores_rounded_to_significant_digits_advises_every_digit(tmp_path):
+    # Sigmoid outputs written with float_format="%.2e" (or "%g"): small probabilities have many decimals, so the
+    # decimals test saw no rounding, and the block blamed "neither rounded nor saturated".
+    fnames, _, target = arrays(11, num_rows=200)
+    logits = np.random.default_rng(11).standard_normal(target.shape) * 3 + 2 * target
+    probabilities = 1 / (1 + np.exp(-logits))
+    wide_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, probabilities).to_csv(tmp_path / "sci.csv", index=False, float_format="%.2e")
+    written = pd.read_csv(tmp_path / "sci.csv").set_index("fname").loc[fnames, CLASSES].to_numpy()
+    assert (written < 1e-3).any()  # scores with more than 6 decimals are there
+    result = cli_json("score", tmp_path / "truth.csv", tmp_path / "sci.csv")
+    assert (result["ties"]["score_decimals"], result["ties"]["score_significant_digits"]) == (None, 3)
+    assert result["lwlrap"] == pytest.approx(naive_lwlrap(written, target, "max"), abs=1e-12)
+    code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "sci.csv")
+    assert "cause        the scores are rounded: none has more than 3 significant digits, so nearby" in out, out
+    assert "advice       write the scores with every digit" in out
+    # Every digit written, ties at exactly 0.5 only: not called rounded.
+    exact = probabilities.copy()
+    exact[:, :2] = 0.5
+    submission(fnames, exact).to_csv(tmp_path / "exact.csv", index=False)
+    ties = cli_json("score", tmp_path / "truth.csv", tmp_path / "exact.csv")["ties"]
+    assert (ties["score_decimals"], ties["score_significant_digits"]) == (None, None)
 
 
 def test_tie_block_on_saturated_probabilities_advises_the_logits(tmp_path):

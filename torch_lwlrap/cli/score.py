@@ -145,20 +145,42 @@ def score_files(
     )
 
 
-#: Scores with at most this many decimals count as rounded.
+#: Scores with at most this many decimals, or this many significant digits, count as rounded (``%g`` writes 6).
 _MAX_ROUNDED_DECIMALS = 6
+
+#: The distinct scores whose significant digits are counted (spread over their range): enough to catch a file
+#: written with every digit, without formatting millions of numbers.
+_DIGITS_SAMPLE = 2000
+
+
+def _significant_digits(finite: np.ndarray) -> Optional[int]:
+    """The fewest significant digits (1 to :data:`_MAX_ROUNDED_DECIMALS`) that every nonzero score of ``finite``
+    is written with (``1.23e-01``: 3), read on up to :data:`_DIGITS_SAMPLE` distinct scores; None beyond.
+
+    Example:
+        >>> _significant_digits(np.array([0.123, 4.5e-07, 0.5, 12300.0])), _significant_digits(np.array([1 / 3]))
+        (3, None)
+    """
+    distinct = np.unique(finite[finite != 0])
+    if distinct.size > _DIGITS_SAMPLE:
+        distinct = distinct[np.linspace(0, distinct.size - 1, _DIGITS_SAMPLE).astype(np.int64)]
+    values = distinct.tolist()
+    return next(
+        (d for d in range(1, _MAX_ROUNDED_DECIMALS + 1) if all(float(f"{v:.{d - 1}e}") == v for v in values)), None
+    ) if values else None
 
 
 def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     """What the tied scores show: how many tied positive labels are scored exactly 0 or 1 while every score is a
-    probability (saturated), and the fewest decimals every score is written with (rounded), None beyond 6.
+    probability (saturated), and the fewest decimals every score is written with (rounded), None beyond 6; where
+    there are more, the fewest significant digits (``%.2e``, ``%g``), None beyond 6.
 
     Unknown labels (:data:`UNKNOWN_TARGET`) are not ranked, so they tie nothing.
 
     Example:
         >>> causes = tie_causes(np.array([[1.0, 1.0, 0.25], [0.5, 0.5, 0.75]]), np.array([[1, 0, 0], [0, 1, 0]]))
-        >>> causes["saturated_tied_label_count"], causes["score_decimals"]
-        (1, 2)
+        >>> causes["saturated_tied_label_count"], causes["score_decimals"], causes["score_significant_digits"]
+        (1, 2, None)
     """
     ranked = np.where(target == UNKNOWN_TARGET, np.nan, scores)  # NaN ties no score
     order = np.argsort(ranked, axis=1, kind="stable")
@@ -177,7 +199,8 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     decimals = next(
         (d for d in range(_MAX_ROUNDED_DECIMALS + 1) if np.array_equal(np.round(finite, d), finite)), None
     ) if finite.size else None  # no finite score (every one +-inf): nothing was rounded
-    return {"saturated_tied_label_count": saturated, "score_decimals": decimals}
+    digits = _significant_digits(finite) if decimals is None else None
+    return {"saturated_tied_label_count": saturated, "score_decimals": decimals, "score_significant_digits": digits}
 
 
 def tie_section(score: Score) -> list:
@@ -200,10 +223,15 @@ def tie_section(score: Score) -> list:
     ]
     advice = []
     decimals = report.get("score_decimals")
+    digits = report.get("score_significant_digits")
     saturated = report.get("saturated_tied_label_count", 0)
-    if decimals is not None:
-        places = "1 decimal" if decimals == 1 else f"{decimals} decimals"
-        rounded = "whole numbers" if decimals == 0 else f"rounded: none has more than {places}"
+    if decimals is not None or digits is not None:
+        if decimals is not None:
+            places = "1 decimal" if decimals == 1 else f"{decimals} decimals"
+            rounded = "whole numbers" if decimals == 0 else f"rounded: none has more than {places}"
+        else:
+            places = "1 significant digit" if digits == 1 else f"{digits} significant digits"
+            rounded = f"rounded: none has more than {places}"
         lines.append(summary_line("cause", f"the scores are {rounded}, so nearby scores collide"))
         advice.append("write the scores with every digit (pandas' to_csv does unless given float_format=)")
     if saturated and 2 * saturated >= report["tied_label_count"]:
