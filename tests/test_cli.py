@@ -268,6 +268,39 @@ def test_plot_without_a_format_names_the_file_written(tmp_path, capsys, command)
     assert not (tmp_path / "chart").exists()
 
 
+@pytest.mark.parametrize("command, extra", [("compare", ["--bootstrap", "50"]), ("score", ["--ci", "50"]),
+                                            ("score", [])])
+@pytest.mark.parametrize("num_classes", [4, 100, 527])
+def test_plot_titles_stay_above_the_bars_and_their_labels(tmp_path, capsys, monkeypatch, command, extra,
+                                                        num_classes):
+    """compare's three-line title, and score's title over several panels, had fallen over the top bar's label: as
+    each chart is saved, every axes (its labels included) lies below the figure's title."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    truth, pred, *_ = shuffled_files(tmp_path, 11, num_rows=60, num_classes=num_classes)
+    checked = []
+    save = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        renderer = fig.canvas.get_renderer()
+        to_figure = fig.transFigure.inverted()
+        title = fig._suptitle if getattr(fig, "_suptitle", None) is not None else fig.axes[0].title
+        title_bottom = to_figure.transform(title.get_window_extent(renderer))[0, 1]
+        for ax in fig.axes:
+            top = to_figure.transform(ax.get_tightbbox(renderer))[1, 1] if ax.title is not title else None
+            if top is not None:
+                assert top <= title_bottom + 1e-9, (top, title_bottom, title.get_text())
+        checked.append(len(fig.axes))
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    preds = [pred] if command == "score" else [pred, pred]
+    code, out, err = run_main(capsys, command, truth, *preds, "--plot", tmp_path / "chart.png", *extra)
+    assert (code, err) == (0, ""), err
+    assert checked and (tmp_path / "chart.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
 def test_version_and_help(capsys):
     code, out, _ = run_main(capsys, "--version")
     assert code == 0

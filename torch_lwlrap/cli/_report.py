@@ -471,7 +471,7 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
             ax.set_ylim(len(chosen) - 0.5, -0.5)  # no blank margin above the first bar and below the last
             if panels > 1:
                 ax.tick_params(axis="y", labelsize=8)
-        fig.tight_layout()
+        layout_below_title(fig)
         fig.savefig(path, dpi=100)
     except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: a writer's missing tool (LaTeX for .pgf)
         message = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
@@ -479,6 +479,24 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
     finally:
         if fig is not None:
             plt.close(fig)
+
+
+def layout_below_title(fig) -> None:
+    """``fig.tight_layout()`` with the axes kept below the figure's title (``suptitle``), measured as drawn: some
+    versions of matplotlib lay out the axes without it, so that its lines fell over the top bar's label."""
+    fig.tight_layout()
+    title = getattr(fig, "_suptitle", None)
+    if title is None or not title.get_text():
+        return
+    renderer = fig.canvas.get_renderer()
+    title_bottom = fig.transFigure.inverted().transform(title.get_window_extent(renderer))[0, 1]
+    top = max(
+        fig.transFigure.inverted().transform(ax.get_tightbbox(renderer))[1, 1] for ax in fig.axes
+    )
+    gap = 6 / 72 / fig.get_figheight()  # 6 points
+    overlap = top - (title_bottom - gap)
+    if overlap > 0:  # the axes (their labels included) reach into the title: move their tops down below it
+        fig.subplots_adjust(top=fig.subplotpars.top - overlap)
 
 
 def _draw_intervals(ax, score: Score, chosen: Sequence[int]) -> None:

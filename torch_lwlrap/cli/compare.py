@@ -21,6 +21,7 @@ from torch_lwlrap.cli._report import (
     check_bootstrap_args,
     check_plot_target,
     labels_summary,
+    layout_below_title,
     print_output,
     summary_line,
 )
@@ -308,7 +309,7 @@ def write_plot(result: Dict, path: str) -> None:
             f"{plot_title(result)}\nper-class intervals: paired bootstrap, {result['num_bootstrap']} replicates"
             + ("; none for a class with one positive label" if any(c["interval"] is None for _, c in rows) else "")
         )
-        fig.tight_layout()
+        layout_below_title(fig)
         fig.savefig(path, dpi=100)
     except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: a writer's missing tool (LaTeX for .pgf)
         message = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
