@@ -435,6 +435,20 @@ BAD_FILES = {
         ["pred.csv", "'Bark'", "twice"],
     ),
     "no positive label": ("fname,labels\na.wav,\nb.wav,\n", GOOD_PRED, ["truth.csv", "no positive"]),
+    # Python's float() reads these (10.0 and 0.8); pandas and numpy refuse them, and so does the reader.
+    "score with an underscore": (
+        GOOD_TRUTH,
+        "fname,Bark,Cat,Dog\na.wav,1_0,0.1,0.5\nb.wav,0.2,0.8,0.3\n",
+        ["'a.wav'", "'Bark'", "'1_0'", "not a number"],
+    ),
+    "score in fullwidth digits": (
+        GOOD_TRUTH,
+        "fname,Bark,Cat,Dog\na.wav,0.9,0.1,0.5\nb.wav,0.2,\uff10.8,0.3\n",
+        ["'b.wav'", "'Cat'", "not a number"],
+    ),
+    "wide label with an underscore": (
+        "fname,Bark,Cat\na.wav,1,0\nb.wav,0,0_1\n", GOOD_PRED, ["'b.wav'", "'Cat'", "'0_1'", "0 or 1"]
+    ),
 }
 
 

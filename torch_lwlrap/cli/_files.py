@@ -132,9 +132,17 @@ def counts_up(values: np.ndarray) -> bool:
     )
 
 
+def _number(text: str) -> float:
+    """``float(text)`` for a number as CSV writers write it: Python's own ``float`` also reads ``1_0`` as 10 and
+    digits of other scripts (fullwidth ``０.8``), which pandas and numpy refuse; so does this (ValueError)."""
+    if "_" in text or not text.isascii():
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
+
+
 def _counts_up_text(texts: Sequence[str]) -> bool:
     try:
-        return counts_up(np.array([float(text) for text in texts]))
+        return counts_up(np.array([_number(text) for text in texts]))
     except ValueError:
         return False
 
@@ -470,7 +478,7 @@ def read_truth(path: str, *, unknown: Optional[str] = None, text: Optional[str] 
                 continue
             field_text = fields[position].strip()
             try:
-                value = float(_BOOLEANS.get(field_text.lower(), field_text))
+                value = _number(_BOOLEANS.get(field_text.lower(), field_text))
             except ValueError:
                 value = float("nan")
             if value == 1.0:
@@ -618,7 +626,7 @@ def read_predictions(
         for column, position in enumerate(columns):
             field_text = fields[position].strip()
             try:
-                value = float(field_text)
+                value = _number(field_text)
             except ValueError:
                 problem = "is empty" if not field_text else f"{field_text!r} is not a number"
                 if re.fullmatch(r"[-+]?\d+,\d+", field_text):
