@@ -25,7 +25,8 @@ and after the same number of epochs the model has trained less and scores lower.
 the same validation predictions, as printed here, not across differently trained models.
 
 ``--out FILE`` writes (on rank 0) a JSON file with the logged per-epoch values, the recomputed ones, and the
-validation predictions and targets of every epoch gathered from all processes.
+validation predictions and targets of every epoch gathered from all processes, rank by rank (rank ``r`` holds the
+samples ``r, r + world, ...``; each target row stays beside its prediction).
 
 Needs ``lightning`` (``pip install lightning``, the ``examples`` extra).
 """

@@ -29,8 +29,8 @@ __all__ = [
 
 #: Printed on stderr, once, when numba starts compiling a kernel (an empty or stale cache); never on a warm cache.
 COMPILE_NOTICE = (
-    "torch-lwlrap: compiling the CPU kernels for this environment (about 10 s per score dtype on 2 cores, once: "
-    "numba caches them on disk for later runs)..."
+    "torch-lwlrap: compiling the CPU kernels for this environment (about half a minute on 2 cores, once: numba "
+    "caches them on disk for later runs)..."
 )
 
 #: Bytes per bootstrap replicate and class: the ``(B, C)`` float64 sums and int64 counts of each system scored,
