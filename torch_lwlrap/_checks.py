@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from typing import Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from torch_lwlrap import _dispatch, _engine_config, _user_frames
+from torch_lwlrap import _dispatch, _engine_config
+from torch_lwlrap._gate_messages import (
+    MAX_EXPONENTIAL_RELEVANCE,
+    bad_relevance_error,
+    bad_target_error,
+    nan_scores_error,
+    user_call,
+)
 from torch_lwlrap._kernel_contract import KERNEL_TIES, SCORE_DTYPES, check_kernel_args  # noqa: F401 - re-exported
 from torch_lwlrap._options import (  # noqa: F401 - the option checks, re-exported: every layer imports them from here
     AVERAGES,
@@ -50,30 +56,6 @@ def values_only(value):
         return value
     value = value.detach()
     return value.resolve_neg().resolve_conj() if value.is_neg() or value.is_conj() else value
-
-
-def user_call(second: str = "target=labels") -> str:
-    """How the user called into the package, for an error that tells them how to call it: the outermost call of a
-    :mod:`torch_lwlrap` function or method below the first frame outside the library, written as a call with the
-    scores first, in backticks (```multilabel_ranking_loss(preds=scores, target=labels)```, or
-    ```metric.update(preds=scores, target=labels)` on your MultilabelLWLRAP`` for a metric's ``update``,
-    ```metric(...)``` for its ``forward``). Read on the error path only.
-    """
-    frame, outermost = sys._getframe(1), None
-    while frame is not None and _user_frames.in_library(frame):
-        in_package = frame.f_globals.get("__name__", "").startswith("torch_lwlrap")
-        if in_package and not _engine_config.is_eager_wrapper(frame):
-            outermost = frame
-        frame = frame.f_back
-    if outermost is None:
-        return f"`multilabel_lwlrap(preds=scores, {second})`"
-    name, owner = outermost.f_code.co_name, outermost.f_locals.get("self")
-    if owner is not None:
-        call = "metric" if name == "forward" else f"metric.{name}"
-        return f"`{call}(preds=scores, {second})` on your {type(owner).__name__}"
-    if "preds_a" in outermost.f_code.co_varnames[: outermost.f_code.co_argcount + outermost.f_code.co_kwonlyargcount]:
-        return f"`{name}(preds_a=scores_a, preds_b=scores_b, target=labels)`"
-    return f"`{name}(preds=scores, {second})`"
 
 
 def _check_kind(name: str, value: Tensor) -> None:
@@ -207,45 +189,6 @@ def _target_is_bad(
     return nonzero != expected
 
 
-def nan_scores_error(preds: Tensor) -> ValueError:
-    """The error for scores with a NaN, naming the index of the first one."""
-    where = torch.isnan(preds).nonzero()[0].tolist()
-    return ValueError(f"Argument `preds` contains NaN (first at index {tuple(where)}); NaN scores cannot be ranked.")
-
-
-def _bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: Optional[int]) -> ValueError:
-    """The error for a target with values other than 0, 1 and ``ignore_index`` (``bad``: where), with the fix its
-    values point to: swapped arguments, soft labels, marks of unknown labels."""
-    found = torch.unique(target[bad])  # each NaN apart: kept once below
-    if found.is_floating_point() and bool(torch.isnan(found).any()):
-        found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])
-    digits = {torch.float16: 4, torch.bfloat16: 3, torch.float32: 7}.get(target.dtype)
-    shown = [repr(float(f"{value:.{digits}g}")) if digits else repr(value) for value in found[:10].tolist()]
-    allowed = "0 and 1" if ignore_index is None else f"0, 1 and ignore_index={ignore_index}"
-    message = f"Argument `target` must contain only {allowed}, but found the values [{', '.join(shown)}]"
-    nan = bool(torch.isnan(found).any()) if found.is_floating_point() else False
-    finite = found[~torch.isnan(found)] if nan else found
-    known = preds if preds.dtype == torch.bool else ((preds == 0) | (preds == 1))
-    fractional = finite.is_floating_point() and bool((finite != finite.round()).any())
-    if fractional and bool(known.all()) and preds.numel():  # scores in target, labels in preds
-        fix = f"`preds` holds only 0 and 1: the arguments look swapped, pass the scores first, {user_call()}"
-    elif nan or (finite.numel() and bool((finite < 0).all())):
-        mark = "-1" if nan else shown[0]
-        fix = (
-            f"if {'NaN marks' if nan else 'they mark'} unknown labels, pass `ignore_index={mark}`"
-            + (" after `target.nan_to_num(-1)`" if nan else "")
-            + ": they are then neither positive nor ranked"
-        )
-    elif finite.numel() and bool(((finite > 0) & (finite < 1)).all()):
-        fix = (
-            "soft labels (0 < value < 1) are not positives or negatives: threshold them (`target > 0.5`), or score "
-            "graded relevance with `multilabel_ndcg`"
-        )
-    else:
-        fix = "pass 0/1 (or bool) labels, one per class"
-    return ValueError(f"{message}: {fix}.")
-
-
 def _check_values(
     preds: Tensor,
     target: Tensor,
@@ -283,7 +226,7 @@ def _check_values(
     if _ignore_value(target, ignore_index) is not None:
         bad_target &= target != ignore_index
     if bad_target.any():
-        raise _bad_target_error(preds, target, bad_target, ignore_index)
+        raise bad_target_error(preds, target, bad_target, ignore_index)
     assert sample_weight is not None
     if torch.isnan(sample_weight).any():
         raise ValueError("Argument `sample_weight` contains NaN.")
@@ -454,9 +397,6 @@ def _format(
 #: Bytes of workspace per score that the torch paths take at most (sort values and indices, ranks, counts).
 _BYTES_PER_SCORE = 64
 
-#: Relevance grades of ``gain="exponential"`` must stay below this: ``2**1024`` is not a float64.
-MAX_EXPONENTIAL_RELEVANCE = 1024
-
 #: Integer dtypes torch has no comparisons or reductions for (``>=``, ``amax``), whatever the grades.
 _UNSIGNED_WITHOUT_COMPARISONS = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64")
                                       if hasattr(torch, name))
@@ -616,46 +556,9 @@ def check_graded(
         raise _nan_error("preds", preds)
     bad = _bad_relevance(relevance, ignore_index, gain)
     if bad.any():
-        raise _bad_relevance_error(relevance, bad, ignore_index, gain)
+        raise bad_relevance_error(relevance, bad, ignore_index, gain)
     found = sample_weight[~torch.isfinite(sample_weight) | (sample_weight < 0)][:5].tolist()
     raise ValueError(f"Argument `sample_weight` must be non-negative and finite, but found the values {found}.")
-
-
-def _bad_relevance_error(relevance: Tensor, bad: Tensor, ignore_index: Optional[int], gain: str) -> ValueError:
-    """The error for grades that :func:`_bad_relevance` refuses (``bad``: where): the rules they break, their
-    distinct values, and the fix they point to (marks of unknown labels, grades too large for exponential gains)."""
-    found = torch.unique(relevance[bad])
-    nan = found.is_floating_point() and bool(torch.isnan(found).any())
-    if nan:  # each NaN apart in unique's result: shown once
-        found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])
-    finite = found[torch.isfinite(found)] if found.is_floating_point() else found
-    invalid = nan or bool((found < 0).any()) or bool((found == math.inf).any())
-    large = gain == "exponential" and bool((finite >= MAX_EXPONENTIAL_RELEVANCE).any())
-    rules = []
-    if invalid:
-        rules.append("non-negative and finite" + ("" if ignore_index is None else f" (or {ignore_index})"))
-    if large:
-        rules.append(f'below {MAX_EXPONENTIAL_RELEVANCE} with gain="exponential" (2**rel - 1 must be a float64)')
-    shown = ", ".join(repr(value) for value in found[:5].tolist()) + (", ..." if found.numel() > 5 else "")
-    where = tuple(bad.nonzero()[0].tolist())
-    fixes = []
-    marks = found[found < 0]
-    whole_mark = marks.numel() == 1 and float(marks[0]) == round(float(marks[0])) and float(marks[0]) >= -(2**63)
-    if nan or (whole_mark and not bool((found == math.inf).any())):
-        mark = "-1" if nan else str(int(marks[0].item()))
-        fixes.append(
-            f"if {'NaN marks' if nan else 'they mark'} unknown labels, pass `ignore_index={mark}`"
-            + (" after `relevance.nan_to_num(-1)`" if nan else "")
-            + ": they are then left out of the ranking"
-        )
-    if large:
-        fixes.append('for grades this large pass `gain="linear"`, which takes each grade as its gain')
-    fix = (" Fix: " + "; ".join(fixes) + ".") if fixes else ""
-    return ValueError(
-        f"Argument `relevance` must be {' and '.join(rules)}, but found the values [{shown}] (first at index "
-        f"{where}). Relevance grades are the graded targets: 0 for irrelevant labels, larger for more relevant "
-        f"ones.{fix}"
-    )
 
 
 def _bad_relevance(relevance: Tensor, ignore_index: Optional[int], gain: str) -> Tensor:

@@ -21,8 +21,8 @@ from torch_lwlrap._checks import (
     check_ignore_index,
     check_ties,
     formatted_chunks,
-    nan_scores_error,
 )
+from torch_lwlrap._gate_messages import nan_scores_error
 from torch_lwlrap._ranking import (
     RankingSums,
     ScoresContainNaN,

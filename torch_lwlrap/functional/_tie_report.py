@@ -13,9 +13,9 @@ from typing import Optional
 
 from torch import Tensor
 
+from torch_lwlrap._checks import check_batch, check_ignore_index, formatted_chunks
 from torch_lwlrap._engine_config import eager_only
-from torch_lwlrap._checks import check_ignore_index, formatted_chunks, nan_scores_error
-from torch_lwlrap._checks import check_batch
+from torch_lwlrap._gate_messages import nan_scores_error
 from torch_lwlrap._ranking import TIE_SUM_RULES, ScoresContainNaN, TieSums, forced_chunk_elements, tie_sums
 
 
@@ -25,7 +25,10 @@ class TieReport:
 
     ``lwlrap_best`` and ``lwlrap_worst`` are the exact extremes of lwlrap over every order of tied scores;
     ``lwlrap_expected`` is its mean over uniformly random orders (``ties="expected"``) and ``lwlrap_max``
-    scikit-learn's rule (``ties="max"``, the default), which may lie anywhere in the range.
+    scikit-learn's rule (``ties="max"``, the default), which is not the value of any one order: it can lie anywhere
+    in the range, below it (a positive tied with negatives counts them all above it) or above it (positives tied
+    with each other each count all of them as hits: scores ``[0.9, 0.5, 0.5]`` with the last two positive give
+    ``2/3`` under ``"max"``, ``7/12`` in either order).
     """
 
     label_count: int  #: positive labels (ignored ones excluded)
