@@ -12,6 +12,7 @@ import contextvars
 import functools
 import os
 import sys
+import types
 from typing import Callable, Iterator, Optional, Tuple, TypeVar
 
 from torch_lwlrap._options import ENGINES, whole_number
@@ -90,7 +91,6 @@ def eager_only(func: _Func) -> _Func:
     compile has loaded it (``torch.compiler.disable`` would import it, 0.9 s)."""
     disabled = []
 
-    @functools.wraps(func)
     def call(*args, **kwargs):
         if "torch._dynamo" not in sys.modules:  # nothing has compiled in this process
             return func(*args, **kwargs)
@@ -98,7 +98,12 @@ def eager_only(func: _Func) -> _Func:
             disabled.append(sys.modules["torch"].compiler.disable(func, recursive=True))
         return disabled[0](*args, **kwargs)
 
-    return call  # type: ignore[return-value]
+    # A code object of its own for each wrapped function: dynamo keeps its compiled frames per code object, and the
+    # wrappers of a shared one (told apart by their closures only) each took one of its recompiles, up to dynamo's
+    # limit (8) in a step that calls more of the package's functions and methods.
+    code = call.__code__.replace(co_name=func.__name__, co_qualname=f"eager_only.<{func.__qualname__}>")
+    call = types.FunctionType(code, call.__globals__, func.__name__, call.__defaults__, call.__closure__)
+    return functools.wraps(func)(call)  # type: ignore[return-value]
 
 
 def is_eager_wrapper(frame) -> bool:
