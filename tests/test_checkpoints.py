@@ -258,6 +258,25 @@ def test_a_checkpoint_without_the_metric_states_loads_as_before():
     assert torch.equal(other["head"].weight, model["head"].weight)
 
 
+def test_a_checkpoint_with_a_state_dropped_is_refused_as_incomplete():
+    # Options that agree and one state missing: the line had told the user to create the metric with the
+    # checkpoint's options, which are this metric's own.
+    metric = _fed(MultilabelLWLRAP(C, num_bootstrap=10, bootstrap_seed=1), _batches(C, 2))
+    metric.persistent(True)
+    saved = metric.state_dict()
+    saved.pop("bootstrap_lwlrap_samples")
+    loader = MultilabelLWLRAP(C, num_bootstrap=10, bootstrap_seed=1)
+    loader.persistent(True)
+    before = {name: value.clone() for name, value in loader.metric_state.items()}
+    with pytest.raises(RuntimeError) as info:
+        loader.load_state_dict(saved)
+    message = str(info.value)
+    assert "checkpoint has no state 'bootstrap_lwlrap_samples', which this metric (" in message, message
+    assert "the state dict is incomplete; load the whole `state_dict()`" in message, message
+    assert "create the metric with the checkpoint's options" not in message, message
+    assert all(torch.equal(before[name], value) for name, value in loader.metric_state.items())
+
+
 @pytest.mark.parametrize(
     "saved, loader, update",
     [

@@ -467,6 +467,47 @@ def test_use_engine_takes_a_positive_integer_chunk_size(bad):
         assert torch_lwlrap.multilabel_lwlrap(torch.tensor([[0.9, 0.1]]), torch.tensor([[1, 0]])).item() == 1.0
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -2.0])
+@pytest.mark.parametrize("call", ["multilabel_coverage_error", "multilabel_lrap_ci", "multilabel_ndcg",
+                                  "MultilabelRankingLoss"])
+def test_sample_weight_errors_name_the_values_and_the_first_place(bad, call):
+    preds = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.4], [0.3, 0.6, 0.1], [0.5, 0.4, 0.7]])
+    target = torch.tensor([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]])
+    weights = torch.tensor([1.0, 1.0, bad, bad])
+    calls = {
+        "multilabel_coverage_error": lambda: torch_lwlrap.multilabel_coverage_error(preds, target, sample_weight=weights),
+        "multilabel_lrap_ci": lambda: torch_lwlrap.multilabel_lrap_ci(preds, target, sample_weight=weights,
+                                                                      num_bootstrap=20),
+        "multilabel_ndcg": lambda: torch_lwlrap.multilabel_ndcg(preds, target, sample_weight=weights),
+        "MultilabelRankingLoss": lambda: torch_lwlrap.MultilabelRankingLoss(3).update(preds, target, weights),
+    }
+    shown = "nan" if math.isnan(bad) else repr(bad)
+    with pytest.raises(ValueError, match=rf"^Argument `sample_weight` must be non-negative and finite, but found the "
+                                         rf"values \[{shown}\] \(first at index \(2,\)\): give each sample a weight "
+                                         rf"of 0 or more \(0 leaves it out\)\.$"):
+        calls[call]()
+
+
+def test_integer_options_may_be_tensors_of_no_dimension():
+    """Hyperparameters are often kept as tensors: ``k=torch.tensor(2)`` had been refused as not an integer."""
+    preds = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.4], [0.3, 0.6, 0.1]])
+    target = torch.tensor([[1, 0, 0], [0, 1, 1], [0, 0, 1]])
+    want = torch_lwlrap.multilabel_retrieval_at_k(preds, target, k=2)
+    got = torch_lwlrap.multilabel_retrieval_at_k(preds, target, k=torch.tensor(2))
+    assert got.keys() == want.keys() and all(torch.equal(got[name], want[name]) for name in want)
+    metric = torch_lwlrap.MultilabelRetrievalAtK(torch.tensor(3, dtype=torch.int32), k=torch.tensor(2))
+    metric.update(preds, target)
+    assert metric.num_labels == 3 and type(metric.num_labels) is int
+    assert all(torch.equal(value, want[name]) for name, value in metric.compute().items())
+    assert torch_lwlrap.multilabel_kendall_distance_at_k(preds, target.float(), torch.tensor(2)).item() == \
+        torch_lwlrap.multilabel_kendall_distance_at_k(preds, target.float(), 2).item()
+    several = torch_lwlrap.multilabel_retrieval_at_k(preds, target, k=torch.tensor([1, 2]))  # a sequence of cut-offs
+    assert several.keys() == torch_lwlrap.multilabel_retrieval_at_k(preds, target, k=(1, 2)).keys()
+    for bad in (torch.tensor(2.0), torch.tensor(True), torch.tensor(0)):
+        with pytest.raises(ValueError, match=r"Argument `k` must be a positive integer"):
+            torch_lwlrap.multilabel_retrieval_at_k(preds, target, k=bad)
+
+
 def test_messages_name_the_argument_the_user_passed():
     p = torch.rand(2, 3)
     with pytest.raises(ValueError, match=r"Argument `num_labels` must be a positive integer, but got 0"):

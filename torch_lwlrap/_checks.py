@@ -18,6 +18,7 @@ from torch_lwlrap._gate_messages import (
     MAX_EXPONENTIAL_RELEVANCE,
     bad_relevance_error,
     bad_target_error,
+    bad_weights_error,
     nan_scores_error,
     user_call,
 )
@@ -228,12 +229,7 @@ def _check_values(
     if bad_target.any():
         raise bad_target_error(preds, target, bad_target, ignore_index)
     assert sample_weight is not None
-    if torch.isnan(sample_weight).any():
-        raise ValueError("Argument `sample_weight` contains NaN.")
-    if (sample_weight < 0).any():
-        found = sample_weight[sample_weight < 0][:10].tolist()
-        raise ValueError(f"Argument `sample_weight` must be non-negative, but found the values {found}.")
-    raise ValueError("Argument `sample_weight` must be finite, but contains inf.")
+    raise bad_weights_error(sample_weight)
 
 
 def check_inputs(
@@ -557,8 +553,7 @@ def check_graded(
     bad = _bad_relevance(relevance, ignore_index, gain)
     if bad.any():
         raise bad_relevance_error(relevance, bad, ignore_index, gain)
-    found = sample_weight[~torch.isfinite(sample_weight) | (sample_weight < 0)][:5].tolist()
-    raise ValueError(f"Argument `sample_weight` must be non-negative and finite, but found the values {found}.")
+    raise bad_weights_error(sample_weight)
 
 
 def _bad_relevance(relevance: Tensor, ignore_index: Optional[int], gain: str) -> Tensor:

@@ -13,7 +13,10 @@ from torch import Tensor
 
 from torch_lwlrap import _engine_config, _user_frames
 
-__all__ = ["MAX_EXPONENTIAL_RELEVANCE", "bad_relevance_error", "bad_target_error", "nan_scores_error", "user_call"]
+__all__ = [
+    "MAX_EXPONENTIAL_RELEVANCE", "bad_relevance_error", "bad_target_error", "bad_weights_error", "nan_scores_error",
+    "user_call",
+]
 
 #: Relevance grades of ``gain="exponential"`` must stay below this: ``2**1024`` is not a float64.
 MAX_EXPONENTIAL_RELEVANCE = 1024
@@ -116,4 +119,15 @@ def bad_relevance_error(relevance: Tensor, bad: Tensor, ignore_index: Optional[i
         f"Argument `relevance` must be {' and '.join(rules)}, but found the values [{shown}] (first at index "
         f"{where}). Relevance grades are the graded targets: 0 for irrelevant labels, larger for more relevant "
         f"ones.{fix}"
+    )
+
+
+def bad_weights_error(sample_weight: Tensor) -> ValueError:
+    """The error for sample weights with a negative, infinite or NaN value: the distinct values, where the first is."""
+    bad = torch.isnan(sample_weight) | (sample_weight < 0) | torch.isinf(sample_weight)
+    found = torch.unique(sample_weight[bad])
+    found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])[:10].tolist()
+    return ValueError(
+        f"Argument `sample_weight` must be non-negative and finite, but found the values {found} (first at index "
+        f"{tuple(bad.nonzero()[0].tolist())}): give each sample a weight of 0 or more (0 leaves it out)."
     )

@@ -343,7 +343,10 @@ class TaggedMetric(Metric):
                 continue
             value = saved(name)
             if value is None:
-                return f"has no state {name!r} (this metric has {_describe(ours)}){fix}", {}
+                return (
+                    f"has no state {name!r}, which this metric ({_describe(ours)}) keeps with the others: the state "
+                    f"dict is incomplete; load the whole `state_dict()` the metric wrote, every entry of it"
+                ), {}
             if not isinstance(value, Tensor) or value.shape != default.shape:
                 shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
                 return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{fix}", {}
