@@ -69,6 +69,61 @@ def test_fork_pool_and_dataloader_workers_score_after_a_parent_call():
     _run_child("fork")
 
 
+_FORK_AFTER_TORCH_THREADS = """
+import faulthandler, os, torch, torch_lwlrap as T
+g = torch.Generator().manual_seed(0)
+mid, mid_y = torch.rand(400, 527, generator=g), torch.rand(400, 527, generator=g) < 0.01
+T.multilabel_coverage_error(mid, mid_y)  # torch's own threads run here; numba's stay off (a mid-size batch)
+from torch_lwlrap import _numba_runtime
+assert not _numba_runtime._threads_started()
+p, y = torch.rand(4000, 527, generator=g), torch.rand(4000, 527, generator=g) < 0.01
+y[:, 0] = True
+pid = os.fork()
+if pid == 0:
+    faulthandler.dump_traceback_later(120, exit=True)  # a hang ends the child with status 1 and its stack
+    print(T.multilabel_lwlrap(p, y).item(), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), T.multilabel_lwlrap(p, y).item())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_after_torch_used_its_threads_scores_a_large_batch():
+    # The child had hung in numba's parallel region (GNU OpenMP, shared with torch): the parent's torch had started
+    # OpenMP's threads, and only numba's own were looked at. Every forked child now runs the serial kernels.
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="2")
+    environment.pop("TORCH_LWLRAP_ENGINE", None)
+    done = subprocess.run([sys.executable, "-c", _FORK_AFTER_TORCH_THREADS], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    child, parent = done.stdout.split("\n")[:2]
+    status, value = parent.split()
+    assert status == "0", done.stderr[-4000:]
+    assert float(child) == float(value)
+
+
+def test_starting_numba_s_threads_leaves_torch_s_thread_count_alone():
+    # numba's launch set the OpenMP thread count it shares with torch to NUMBA_NUM_THREADS: a user's
+    # torch.set_num_threads(3) became 4 for the rest of the process (training included).
+    code = (
+        "import torch, torch_lwlrap as T\n"
+        "torch.set_num_threads(3)\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "p, y = torch.rand(4000, 527, generator=g), torch.rand(4000, 527, generator=g) < 0.01\n"
+        "for _ in range(3): T.multilabel_lwlrap(p, y)\n"
+        "from torch_lwlrap import _numba_runtime\n"
+        "print(_numba_runtime._threads_started(), torch.get_num_threads())\n"
+    )
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="4")
+    environment.pop("TORCH_LWLRAP_ENGINE", None)
+    environment.pop("OMP_NUM_THREADS", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.split() == ["True", "3"], done.stdout
+
+
 def test_one_torch_thread_keeps_every_compiled_kernel_serial():
     # A kernel that skipped the runner (the bootstrap's once did) would start numba's threads here.
     _run_child("one-thread")

@@ -16,8 +16,8 @@ layer is not touched). :func:`run` takes the serial variant, and enters no paral
 * another Python thread is inside a parallel region of any kernel (a lock taken without waiting): numba's
   ``workqueue`` layer aborts the process on concurrent use, and the other layers gain nothing from sharing the
   cores;
-* the process is a child forked after numba's threads started in its parent (detected with
-  ``os.register_at_fork``): GNU OpenMP kills such a child when it enters a parallel region.
+* the process is a forked child (detected with ``os.register_at_fork``): GNU OpenMP kills or hangs a child that
+  enters a parallel region after its parent's OpenMP threads started, numba's or torch's.
 
 Both variants compute the same sums in the same order, so the results do not depend on the variant. Kernels
 without ``prange`` are compiled with :func:`serial_kernel`: they never start a thread. No other module compiles a
@@ -192,6 +192,7 @@ def _start_threads() -> bool:
     layer that is not installed, say), warn once and run only the serial variants from then on: the same values, on
     one thread, instead of numba's error from inside every call."""
     global _serial_only, threads_failure
+    torch_threads = torch.get_num_threads()
     try:
         from numba.np.ufunc import parallel
 
@@ -207,13 +208,20 @@ def _start_threads() -> bool:
             RuntimeWarning,
         )
         return False
+    finally:
+        # numba's launch sets the OpenMP thread count it shares with torch (its omp layer) to NUMBA_NUM_THREADS: the
+        # user's torch.set_num_threads had been overridden for the rest of the process.
+        if torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
 
 
 def _after_fork_in_child() -> None:
     global _serial_only, _parallel_lock
     _parallel_lock = threading.Lock()  # a lock held by another thread at the fork would stay held in the child
-    if numba is not None and _threads_started():
-        _serial_only = True
+    # Serial in every forked child: GNU OpenMP (numba's omp layer, torch's threads) hangs or kills a child that
+    # enters a parallel region after the parent's OpenMP threads started, numba's or torch's own, and torch's cannot
+    # be told from here.
+    _serial_only = True
 
 
 if hasattr(os, "register_at_fork"):
