@@ -121,3 +121,38 @@ def test_another_numba_version_clears_the_cache(tmp_path, monkeypatch):
     assert not list((package / "__pycache__").glob("kernels.value*.nbc"))
     assert _run(tmp_path) == (False, 3)  # back to this numba: compiled again, its own fingerprint written
     assert stamp.read_text() == mine
+
+
+def test_without_a_folder_to_cache_in_the_kernels_compile_in_the_process(tmp_path):
+    """No cache locator (the package's folder, NUMBA_CACHE_DIR and the user's cache folder all read-only, as in a
+    hardened container; simulated by giving numba no locator): numba's error had failed the package's import, every
+    engine with it. The kernels now compile without the disk cache, with one warning, and give the torch paths'
+    values."""
+    code = (
+        "import warnings\n"
+        "import numba.core.caching as caching\n"
+        "caching.CacheImpl._locator_classes = []\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import torch, torch_lwlrap as T\n"
+        "    from torch_lwlrap import use_engine\n"
+        "    g = torch.Generator().manual_seed(0)\n"
+        "    p, y = torch.rand(300, 40, generator=g), torch.rand(300, 40, generator=g) < 0.3\n"
+        "    compiled = (T.multilabel_lwlrap(p, y), T.multilabel_rank_correlation(p, p.flip(1), method='kendall'))\n"
+        "    with use_engine('sort'):\n"
+        "        plain = (T.multilabel_lwlrap(p, y), T.multilabel_rank_correlation(p, p.flip(1), method='kendall'))\n"
+        "from torch_lwlrap import _numba_runtime\n"
+        "assert _numba_runtime.cache_failure is not None\n"
+        "assert _numba_runtime.numba is not None\n"
+        "messages = [str(w.message) for w in seen if 'no writable folder' in str(w.message)]\n"
+        "assert len(messages) == 1 and 'NUMBA_CACHE_DIR' in messages[0], [str(w.message) for w in seen]\n"
+        "print(*[float(v) for v in compiled + plain])\n"
+    )
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_CACHE_DIR=str(tmp_path))
+    environment.pop("TORCH_LWLRAP_ENGINE", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lwlrap, kendall, plain_lwlrap, plain_kendall = map(float, done.stdout.split())
+    assert lwlrap == pytest.approx(plain_lwlrap, abs=1e-12) and kendall == pytest.approx(plain_kendall, abs=1e-12)
+    assert not any(tmp_path.rglob("*.nbi"))  # nothing cached

@@ -353,6 +353,31 @@ class ParallelAndSerial(NamedTuple):
     serial: object  #: ``prange`` as ``range``: numba's threading layer is not touched
 
 
+#: Why numba cannot cache the kernels on disk in this process (then they compile in each process), or None.
+cache_failure: Optional[str] = None
+
+
+def _jit(func: Callable, **options) -> Callable:
+    """``numba.njit(cache=True, **options)(func)``; where numba finds no folder to cache in (the package's folder,
+    ``NUMBA_CACHE_DIR`` and the user's cache folder all read-only, as in a hardened container), the kernel without
+    the disk cache, with one warning: numba's error had made the package fail at import, the torch paths with it."""
+    global cache_failure
+    if cache_failure is None:
+        try:
+            return njit(cache=True, **options)(func)
+        except RuntimeError as err:
+            if "no locator available" not in str(err):
+                raise
+            cache_failure = " ".join(str(err).split())
+            warn(
+                f"torch_lwlrap: numba finds no writable folder to cache the compiled CPU kernels in ({cache_failure}). "
+                f"They compile in each process instead (about 10 s per score dtype on 2 cores); the values are the "
+                f"same. To keep them, set NUMBA_CACHE_DIR to a writable folder.",
+                RuntimeWarning,
+            )
+    return njit(cache=False, **options)(func)
+
+
 def parallel_and_serial(func: Callable) -> ParallelAndSerial:
     """Compile ``func`` twice (see the module's docstring); the serial copy is renamed so that numba's on-disk
     cache keeps the two apart."""
@@ -362,8 +387,7 @@ def parallel_and_serial(func: Callable) -> ParallelAndSerial:
     # Both copies divide as numpy does (a parallel kernel always does): a NaN row's zero rank then gives a NaN that
     # the caller's NaN check reports, instead of a ZeroDivisionError from the serial copy only.
     return ParallelAndSerial(
-        njit(parallel=True, cache=True, nogil=True, error_model="numpy")(func),
-        njit(cache=True, nogil=True, error_model="numpy")(serial),
+        _jit(func, parallel=True, nogil=True, error_model="numpy"), _jit(serial, nogil=True, error_model="numpy")
     )
 
 
@@ -371,8 +395,8 @@ def serial_kernel(func: Callable = None, **options):
     """``numba.njit(cache=True, nogil=True, **options)``: a kernel without ``prange``, which never starts a thread
     and may be called directly. Usable as ``@serial_kernel`` or ``@serial_kernel(inline="always")``."""
     if func is None:
-        return lambda f: njit(cache=True, nogil=True, **options)(f)
-    return njit(cache=True, nogil=True, **options)(func)
+        return lambda f: _jit(f, nogil=True, **options)
+    return _jit(func, nogil=True, **options)
 
 
 def borrowing_kernel(func: Callable) -> Callable:
@@ -388,7 +412,7 @@ def borrowing_kernel(func: Callable) -> Callable:
     returns an array it was given (its caller would then drop a reference it never took): the functions return
     flags, counts and tuples of scalars only. ``tests/test_ltr_sort.py`` checks that a rank-agreement row's
     work takes no reference outside the kernel itself."""
-    return njit(cache=True, nogil=True, _nrt=False)(func)
+    return _jit(func, nogil=True, _nrt=False)
 
 
 def run(kernel: ParallelAndSerial, scores: int, *args, workload=None):
