@@ -457,6 +457,34 @@ def test_every_public_entry_inside_a_torch_compiled_training_step(backend, monke
     assert correlation.compute().item() == pytest.approx(both.item(), rel=REL)
 
 
+def test_metrics_created_inside_a_compiled_function_work_as_outside():
+    # Dynamo traced the constructor and left the object without its states: "'MultilabelLWLRAP' object has no
+    # attribute '_defaults'" at the first update. Each metric's constructor now runs eagerly there.
+    preds = torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2], [0.9, 0.3, 0.5]])
+    target = torch.tensor([[1, 0, 1], [0, 1, 1], [1, 0, 0]])
+    makers = {
+        "lwlrap": lambda: torch_lwlrap.MultilabelLWLRAP(num_labels=3),
+        "lrap": lambda: torch_lwlrap.MultilabelLRAP(num_labels=3, num_bootstrap=20, bootstrap_seed=1),
+        "coverage": lambda: torch_lwlrap.MultilabelCoverageError(3),
+        "ndcg": lambda: torch_lwlrap.MultilabelNDCG(3, k=2),
+    }
+
+    def step(p, y):
+        values = {}
+        for name, make in makers.items():
+            metric = make()
+            metric.update(p * 1.0, y)
+            values[name] = metric.compute()
+        return values
+
+    got = torch.compile(step, backend="eager")(preds, target)
+    want = step(preds, target)
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, msg=name)
+    assert want["lwlrap"].item() == pytest.approx(naive_lwlrap(preds.double(), target), rel=REL)
+
+
 @pytest.mark.parametrize("bad", ["10", 1.5, True, 0, -3])
 def test_use_engine_takes_a_positive_integer_chunk_size(bad):
     # '10' was taken and failed at the first call inside the block; 1.5 and True were taken as sizes.

@@ -66,6 +66,13 @@ class TaggedMetric(Metric):
 
     _options: Tuple[Option, ...]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Each metric's constructor runs eagerly inside torch.compile, as its methods do: dynamo tracing it left the
+        # object without its states ("no attribute '_defaults'" at the first update).
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = eager_only(cls.__dict__["__init__"])
+
     @property
     def validate_args(self) -> bool:
         """Whether ``update`` checks the values of its batches (one host-device sync). A run setting at the tag's
