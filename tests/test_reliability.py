@@ -540,7 +540,7 @@ BAD_WEIGHTS = [
     ("sample_weight shape", {"sample_weight": torch.ones(3)}, ValueError, ["`sample_weight`", "(3,)", "(4,)"]),
     ("sample_weight 2-D", {"sample_weight": torch.ones(4, 1)}, ValueError, ["`sample_weight`", "(4, 1)"]),
     ("negative weight", {"sample_weight": _with(W, 1, -1.5)}, ValueError, ["`sample_weight`", "-1.5"]),
-    ("NaN weight", {"sample_weight": _with(W, 2, math.nan)}, ValueError, ["`sample_weight`", "NaN"]),
+    ("NaN weight", {"sample_weight": _with(W, 2, math.nan)}, ValueError, ["`sample_weight`", "[nan] (first at index (2,))"]),
     ("inf weight", {"sample_weight": _with(W, 2, math.inf)}, ValueError, ["`sample_weight`", "inf"]),
     ("bool weight", {"sample_weight": W.bool()}, TypeError, ["`sample_weight`", "torch.bool"]),
     ("float8 weight", {"sample_weight": W.to(torch.float8_e4m3fn)}, TypeError, ["`sample_weight`", "float8_e4m3fn"]),

@@ -2,10 +2,10 @@
 command line can parse arguments without it."""
 
 import numbers
+import sys
 from typing import Optional, Tuple
 
 import numpy as np
-import torch
 
 #: The tie rules of every ranking function and metric; :mod:`torch_lwlrap._tie_rules` defines them.
 TIES = ("max", "index", "expected")
@@ -31,7 +31,8 @@ def whole_number(value) -> Optional[int]:
     """``value`` as a Python int where it is an integer argument: an ``int``, a numpy integer (``np.int64(10)`` from
     a config or an array) or a one-element integer tensor of no dimension (``torch.tensor(10)``, as hyperparameters
     are often kept), not a bool; else None, for the caller's error."""
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported: the command line reads and checks
+    if torch is not None and isinstance(value, torch.Tensor):  # its files before it imports torch
         integral = not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
         return int(value.item()) if value.ndim == 0 and integral else None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
