@@ -79,13 +79,7 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
     for name, value in (("preds", preds), ("target", target)):
         _check_is_tensor(name, value)
         _check_kind(name, value)
-    if not preds.is_floating_point() and not preds.is_complex() and target.is_floating_point():
-        raise TypeError(
-            f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and `target` "
-            f"has the floating dtype {target.dtype}. If `preds` holds the labels, the arguments look swapped: pass "
-            f"the scores first and the 0/1 labels second, {user_call()}. If it holds thresholded predictions, pass "
-            f"the scores before the threshold (probabilities or logits): a ranking needs them."
-        )
+    _check_not_swapped(preds, "target", target, "the 0/1 labels", "labels", user_call())
     if not preds.is_floating_point():
         raise TypeError(
             f"Argument `preds` must be a floating point tensor of scores (float16, bfloat16, float32 or "
@@ -96,6 +90,22 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
         raise TypeError(f"Argument `target` must be a bool, integer or float tensor, but got dtype {target.dtype}.")
     _check_layout("preds", preds)
     _check_same(("preds", "target"), preds, target, num_labels)
+
+
+def _check_not_swapped(preds: Tensor, name: str, second: Tensor, what: str, holds: str, call: str) -> None:
+    """Integer or bool ``preds`` beside floating ``second`` (the argument ``name``): the arguments look swapped, and
+    the usual fix for integer scores (``preds.float()``) would rank ``what`` by the scores."""
+    if preds.is_floating_point() or preds.is_complex() or not second.is_floating_point():
+        return
+    thresholded = (
+        " If it holds thresholded predictions, pass the scores before the threshold (probabilities or logits): a "
+        "ranking needs them." if name == "target" else ""
+    )
+    raise TypeError(
+        f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and `{name}` has "
+        f"the floating dtype {second.dtype}. If `preds` holds the {holds}, the arguments look swapped: pass the "
+        f"scores first and {what} second, {call}.{thresholded}"
+    )
 
 
 def _check_is_tensor(name: str, value) -> None:
@@ -518,13 +528,8 @@ def check_graded(
     validate_args = check_flag("validate_args", validate_args)
     _check_is_tensor("preds", preds)
     _check_is_tensor("relevance", relevance)
-    if not preds.is_floating_point() and not preds.is_complex() and relevance.is_floating_point():
-        raise TypeError(
-            f"Argument `preds` must be a floating point tensor of scores, but got dtype {preds.dtype}, and "
-            f"`relevance` has the floating dtype {relevance.dtype}. If `preds` holds the relevance grades, the "
-            f"arguments look swapped: pass the scores first and the grades second, "
-            f"{user_call('relevance=grades')}."
-        )
+    call = user_call("relevance=grades")
+    _check_not_swapped(preds, "relevance", relevance, "the grades", "relevance grades", call)
     _check_scores("preds", preds, "scores")
     _check_kind("relevance", relevance)
     if relevance.is_complex():
