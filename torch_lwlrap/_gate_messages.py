@@ -55,9 +55,7 @@ def nan_scores_error(preds: Tensor) -> ValueError:
 def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: Optional[int]) -> ValueError:
     """The error for a target with values other than 0, 1 and ``ignore_index`` (``bad``: where), with the fix its
     values point to: swapped arguments, soft labels, marks of unknown labels."""
-    found = torch.unique(target[bad])  # each NaN apart: kept once below
-    if found.is_floating_point() and bool(torch.isnan(found).any()):
-        found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])
+    found = _distinct(target[bad])
     digits = {torch.float16: 4, torch.bfloat16: 3, torch.float32: 7}.get(target.dtype)
     shown = [repr(float(f"{value:.{digits}g}")) if digits else repr(value) for value in found[:10].tolist()]
     allowed = "0 and 1" if ignore_index is None else f"0, 1 and ignore_index={ignore_index}"
@@ -88,10 +86,8 @@ def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: O
 def bad_relevance_error(relevance: Tensor, bad: Tensor, ignore_index: Optional[int], gain: str) -> ValueError:
     """The error for grades that :func:`_bad_relevance` refuses (``bad``: where): the rules they break, their
     distinct values, and the fix they point to (marks of unknown labels, grades too large for exponential gains)."""
-    found = torch.unique(relevance[bad])
+    found = _distinct(relevance[bad])
     nan = found.is_floating_point() and bool(torch.isnan(found).any())
-    if nan:  # each NaN apart in unique's result: shown once
-        found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])
     finite = found[torch.isfinite(found)] if found.is_floating_point() else found
     invalid = nan or bool((found < 0).any()) or bool((found == math.inf).any())
     large = gain == "exponential" and bool((finite >= MAX_EXPONENTIAL_RELEVANCE).any())
@@ -125,9 +121,16 @@ def bad_relevance_error(relevance: Tensor, bad: Tensor, ignore_index: Optional[i
 def bad_weights_error(sample_weight: Tensor) -> ValueError:
     """The error for sample weights with a negative, infinite or NaN value: the distinct values, where the first is."""
     bad = torch.isnan(sample_weight) | (sample_weight < 0) | torch.isinf(sample_weight)
-    found = torch.unique(sample_weight[bad])
-    found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])[:10].tolist()
+    found = _distinct(sample_weight[bad])[:10].tolist()
     return ValueError(
         f"Argument `sample_weight` must be non-negative and finite, but found the values {found} (first at index "
         f"{tuple(bad.nonzero()[0].tolist())}): give each sample a weight of 0 or more (0 leaves it out)."
     )
+
+
+def _distinct(values: Tensor) -> Tensor:
+    """The distinct values of ``values``, sorted, a NaN among them once (``torch.unique`` keeps each NaN apart)."""
+    found = torch.unique(values)
+    if found.is_floating_point() and bool(torch.isnan(found).any()):
+        found = torch.cat([found[~torch.isnan(found)], found[torch.isnan(found)][:1]])
+    return found

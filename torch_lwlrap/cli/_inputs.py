@@ -138,19 +138,13 @@ def read_inputs(
         )
     unknown = check_unknown(unknown)
     texts = [read_text(path, role.split()[-1]) for role, path in zip(roles, paths)]
-    try:
+    try:  # swapped files fail in the truth, or (a 0/1 submission reads as a wide truth) in the labels file after it
         all_truth = read_truth(truth_path, unknown=unknown, text=texts[0])
-    except CsvFormatError as err:
-        hint = _swapped_hint(paths, texts)
-        if not hint:
-            raise
-        raise CsvFormatError(f"{err}{hint}") from None
-    named = set(all_truth.classes or ()).union(*all_truth.labels)
-    try:
+        named = set(all_truth.classes or ()).union(*all_truth.labels)
         predictions = [
             read_predictions(path, text=text, truth_classes=named) for path, text in zip(pred_paths, texts[1:])
         ]
-    except CsvFormatError as err:  # a 0/1 submission first reads as a wide truth: the labels file then fails here
+    except CsvFormatError as err:
         hint = _swapped_hint(paths, texts)
         if not hint:
             raise
