@@ -485,6 +485,24 @@ def test_reset_and_float64_states():
 # Bad input
 
 
+def test_more_replicates_than_the_quantile_takes_are_refused_up_front():
+    # torch.nanquantile reads at most 2**24 values along a dimension: 2**24 + 1 replicates passed every check and
+    # then failed inside torch with "quantile() input tensor is too large", after the whole bootstrap.
+    preds, target = _data(n=20)
+    too_many = 2**24 + 1
+    for call in (lambda: multilabel_lwlrap_ci(preds, target, num_bootstrap=too_many, seed=0),
+                 lambda: multilabel_lrap_ci(preds, target, num_bootstrap=too_many, seed=0),
+                 lambda: compare_lwlrap(preds, preds, target, num_bootstrap=too_many, seed=0),
+                 lambda: MultilabelLWLRAP(NUM_LABELS, num_bootstrap=too_many),
+                 lambda: MultilabelLRAP(NUM_LABELS, num_bootstrap=too_many)):
+        with pytest.raises(ValueError, match=r"`num_bootstrap` takes at most 2\*\*24 \(16777216\).*got 16777217"):
+            call()
+    # the limit itself is a bound the quantile takes (the replicates' own count is what torch checks)
+    _bootstrap.check_num_bootstrap(2**24)
+    low, high = _bootstrap.percentile_interval(torch.zeros(2**24, 1), 0.95)
+    assert low.item() == high.item() == 0.0
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "10"])
 def test_bad_num_bootstrap(bad):
     with pytest.raises(ValueError, match=r"`num_bootstrap` must be a non-negative integer.*" + str(bad)[:2]):

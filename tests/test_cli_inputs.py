@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import subprocess
 import sys
 import warnings
@@ -22,7 +23,7 @@ from sklearn.metrics import label_ranking_average_precision_score
 
 from tests.cli_output import is_error_line, without_compile_notice
 from tests.reference import naive_lwlrap
-from torch_lwlrap import compare_lwlrap
+from torch_lwlrap import compare_lwlrap, multilabel_lwlrap_ci
 
 pd = pytest.importorskip("pandas")
 
@@ -234,7 +235,7 @@ def test_a_public_subset_of_one_labelled_row_gets_no_interval_or_p_value(tmp_pat
     assert result["difference"] != 0 and result["interval"] is None and result["p_value"] is None
     code, out, err = cli("compare", *files, "--where", "usage=Public")
     assert (code, err) == (0, "")
-    assert "no interval or p-value: one evaluation row with a positive label" in out
+    assert "no interval or p-value: one row with a positive label" in out
     scored = cli_json("score", files[0], files[1], "--where", "usage=Public", "--ci", "100")
     assert scored["ci"]["lwlrap"] is None
     assert scored["lwlrap"] == pytest.approx(sklearn_lwlrap(scores_a[:1], target[:1]), abs=1e-12)
@@ -629,6 +630,56 @@ def test_score_plot_with_ci_draws_each_class_interval(tmp_path, monkeypatch, cap
         x, y = text.get_position()
         assert x > min(ci[names[round(y)]][1], 1.0), (names[round(y)], text.get_text())
     assert ax.get_legend() is None and "bootstrap interval (100 replicates)" in ax.get_xlabel()
+
+
+def test_no_interval_from_replicates_that_drew_no_labelled_row_says_so(tmp_path):
+    # With a replicate or two, every replicate can leave out every row with a positive label: the interval is then
+    # missing, and both commands had blamed "one row with a positive label" on a file with three.
+    target = np.array([[1, 1, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]])
+    a = np.array([[0.9, 0.2, 0.1], [0.3, 0.6, 0.2], [0.5, 0.1, 0.4], [0.1, 0.1, 0.1]])
+    b = np.array([[0.5, 0.2, 0.6], [0.7, 0.6, 0.2], [0.5, 0.1, 0.7], [0.3, 0.1, 0.1]])
+    fnames, classes = ["a.wav", "b.wav", "c.wav", "d.wav"], CLASSES[:3]
+    pd.DataFrame({"fname": fnames, "labels": [",".join(classes[j] for j in np.flatnonzero(r)) for r in target]}).to_csv(
+        tmp_path / "truth.csv", index=False)
+    submission(fnames, a, classes).to_csv(tmp_path / "a.csv", index=False)
+    submission(fnames, b, classes).to_csv(tmp_path / "b.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one replicate: the degenerate-interval warning
+        seed = next(s for s in range(1000) if math.isnan(compare_lwlrap(
+            torch.tensor(a), torch.tensor(b), torch.tensor(target), num_bootstrap=1, seed=s).low))
+        assert math.isnan(multilabel_lwlrap_ci(torch.tensor(a), torch.tensor(target), num_bootstrap=1, seed=seed)[1])
+    reason = "none of the 1 bootstrap replicate(s) drew a row with a positive label (use more replicates"
+    code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "a.csv", "--ci", "1", "--seed", str(seed))
+    assert code == 0 and f"no interval: {reason}" in out and "one row with a positive label" not in out, out
+    code, out, _ = cli("compare", *(tmp_path / f for f in ("truth.csv", "a.csv", "b.csv")), "--ci", "1", "--seed",
+                       str(seed), "--per-class")
+    assert code == 0 and f"no interval or p-value: {reason}" in out, out
+    # the per-class note: a class with two positives has none for the same reason, not for a single positive
+    assert "nor has a class whose positive labels none of the 1 replicates drew" in out, out
+
+
+def test_a_level_is_printed_with_every_digit_it_was_given(tmp_path):
+    # --level 0.9999999 was printed "100% interval" (6 significant digits), the warning "A 1 percentile interval".
+    fnames, scores, target = arrays(3, num_rows=30)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "a.csv", index=False)
+    options = ("--ci", "50", "--level", "0.9999999")
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "a.csv", *options)
+    assert code == 0 and "99.99999% interval [" in out and "100% interval" not in out, out
+    assert "A 0.9999999 percentile interval from 50 bootstrap replicate(s)" in err, err
+    code, out, _ = cli("compare", tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "a.csv", *options)
+    assert code == 0 and "99.99999% interval [" in out, out
+
+
+def test_more_replicates_than_the_quantile_takes_are_one_line(tmp_path):
+    # 2**24 + 1 replicates of a few classes fit in memory, passed the checks, and ended in torch's traceback (status 1).
+    fnames, scores, target = arrays(6, num_rows=4)
+    challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "sub.csv", index=False)
+    for command, option in (("score", "--ci"), ("compare", "--bootstrap")):
+        files = [tmp_path / "truth.csv", tmp_path / "sub.csv"] + ([tmp_path / "sub.csv"] if command == "compare" else [])
+        err = cli_error(command, *files, option, str(2**24 + 1))
+        assert f"{option} takes at most 2**24 (16777216) bootstrap replicates, not 16777217" in err, err
 
 
 def test_too_many_replicates_are_refused_up_front_for_a_compressed_submission(tmp_path):

@@ -26,6 +26,10 @@ CORRELATIONS = ("spearman", "kendall")
 #: The averages of lwlrap over classes (``None`` is read as ``"none"``).
 AVERAGES = ("weighted", "macro", "none")
 
+#: The most bootstrap replicates an interval takes: ``torch.nanquantile`` reads at most 2**24 values along the
+#: replicates, and a million replicates already put the bounds' Monte Carlo error far below the interval's width.
+MAX_REPLICATES = 2**24
+
 
 def whole_number(value) -> Optional[int]:
     """``value`` as a Python int where it is an integer argument: an ``int``, a numpy integer (``np.int64(10)`` from

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from torch_lwlrap._options import MAX_REPLICATES
 from torch_lwlrap.cli._environment import available_memory, bootstrap_bytes, format_bytes
 from torch_lwlrap.cli._files import GZIP_MAGIC, STDIN, CommandError, CsvFormatError
 
@@ -25,6 +26,8 @@ __all__ = [
     "check_bootstrap_args",
     "Score",
     "format_report",
+    "level_name",
+    "no_interval_reason",
     "per_class_table",
     "print_output",
     "summary_line",
@@ -200,7 +203,7 @@ def per_class_table(score: Score, top: Optional[int] = None) -> List[str]:
     ci = score.extra.get("ci")
     header = f"{'class':<{width}}  {'lwlrap':>8}  {'weight':>8}  {'count':>6}"
     if ci:
-        header += f"  {_level_name(ci['level']) + ' interval':>20}"
+        header += f"  {level_name(ci['level']) + ' interval':>20}"
     lines = [_ranked_title(score, top) + ":", header]
     for i in order:
         value = "-" if math.isnan(score.per_class[i]) else f"{score.per_class[i]:.6f}"
@@ -212,8 +215,14 @@ def per_class_table(score: Score, top: Optional[int] = None) -> List[str]:
     return lines
 
 
-def _level_name(level: float) -> str:
-    return f"{100 * level:g}%"
+def level_name(level: float) -> str:
+    """A confidence level as a percentage, with every digit it was given.
+
+    Example:
+        >>> level_name(0.95), level_name(0.975), level_name(0.9999999)
+        ('95%', '97.5%', '99.99999%')
+    """
+    return f"{round(100 * level, 9):.12g}%"
 
 
 def _bounds(bounds: Sequence[float]) -> str:
@@ -234,8 +243,9 @@ def check_bootstrap_args(
     systems: int = 1,
 ) -> int:
     """``num_bootstrap``; CommandError unless it is at least 1, ``0 < level < 1``, the seed is one the bootstrap
-    accepts and, when ``pred_path`` names a readable prediction file, its classes' replicates of ``systems``
-    submissions fit in the memory available (:func:`torch_lwlrap.cli._environment.bootstrap_bytes`).
+    accepts, when ``pred_path`` names a readable prediction file its classes' replicates of ``systems`` submissions
+    fit in the memory available (:func:`torch_lwlrap.cli._environment.bootstrap_bytes`), and it is at most
+    :data:`~torch_lwlrap._options.MAX_REPLICATES`.
 
     Example:
         >>> check_bootstrap_args(1000, 0.95, "--ci", seed=2**63 - 1)
@@ -262,6 +272,11 @@ def check_bootstrap_args(
                 f"replicates ({num_bootstrap} replicates x {num_classes} classes{systems_text}), "
                 f"more than the {format_bytes(available)} available: use fewer replicates (1000 is usually enough)."
             )
+    if num_bootstrap > MAX_REPLICATES:
+        raise CommandError(
+            f"{option} takes at most 2**24 ({MAX_REPLICATES}) bootstrap replicates, not {num_bootstrap}: use fewer "
+            f"(1000 is usual)."
+        )
     return num_bootstrap
 
 
@@ -378,13 +393,31 @@ def labels_summary(num_labels: int, num_unknown: int) -> str:
     return f"{num_labels} positive{unknown}"
 
 
+def no_interval_reason(labelled_rows: int, num_bootstrap: int) -> str:
+    """Why the overall interval is missing: fewer than two rows with a positive label, or else no replicate drew
+    one (only a handful of replicates can all miss them).
+
+    Example:
+        >>> no_interval_reason(1, 1000)
+        'one row with a positive label (every bootstrap replicate is that row)'
+        >>> no_interval_reason(3, 1)
+        'none of the 1 bootstrap replicate(s) drew a row with a positive label (use more replicates: 1000 is usual)'
+    """
+    if labelled_rows < 2:
+        return "one row with a positive label (every bootstrap replicate is that row)"
+    return (
+        f"none of the {num_bootstrap} bootstrap replicate(s) drew a row with a positive label (use more replicates: "
+        f"1000 is usual)"
+    )
+
+
 def _interval_note(score: Score) -> str:
     ci = score.extra.get("ci")
     if not ci:
         return ""
     if ci["lwlrap"] is None:
-        return "  no interval: one row with a positive label (every bootstrap replicate is that row)"
-    return f"  {_level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
+        return "  no interval: " + no_interval_reason(score.num_samples - score.rows_without_label, ci["num_bootstrap"])
+    return f"  {level_name(ci['level'])} interval {_bounds(ci['lwlrap'])} (bootstrap, B={ci['num_bootstrap']})"
 
 
 def check_plot_target(path: str) -> str:
@@ -523,7 +556,7 @@ def _draw_intervals(ax, score: Score, chosen: Sequence[int]) -> None:
         x, y = text.get_position()
         if round(y) in high_of:
             text.set_x(max(x, min(high_of[round(y)], 1.0) + 0.01))
-    ax.set_xlabel(f"lwlrap; black: {_level_name(ci['level'])} bootstrap interval ({ci['num_bootstrap']} replicates)")
+    ax.set_xlabel(f"lwlrap; black: {level_name(ci['level'])} bootstrap interval ({ci['num_bootstrap']} replicates)")
 
 
 def print_output(text: str) -> None:

@@ -22,6 +22,8 @@ from torch_lwlrap.cli._report import (
     check_plot_target,
     labels_summary,
     layout_below_title,
+    level_name,
+    no_interval_reason,
     print_output,
     summary_line,
 )
@@ -118,6 +120,7 @@ def compare_files(
         "a": a_path,
         "b": b_path,
         "num_samples": len(inputs.target),
+        "rows_without_label": int(((inputs.target == 1).sum(axis=1) == 0).sum()),
         "num_labels": int(sum(counts)),
         "num_unknown": inputs.num_unknown,
         "lwlrap_a": float(result.value_a),
@@ -186,7 +189,7 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
         <BLANKLINE>
         paired bootstrap over the evaluation rows: 1000 replicates, seed 0
     """
-    level = f"{100 * result['level']:g}%"
+    level = level_name(result["level"])
     selection = result.get("selection")
     lines = [summary_line("truth", file_name(result["truth"]))]
     if selection:
@@ -242,16 +245,21 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
                     f"{bounds:>22}  {p_value:>6}  {c['count']:>5}"
                 )
         listed = _changed_most(result, 1) + _changed_most(result, -1)
-        if any(classes[name]["interval"] is None for name in listed):
+        missing = [classes[name]["count"] for name in listed if classes[name]["interval"] is None]
+        if missing:
             lines += ["", "-: a class with a single positive label has no interval or p-value (every replicate that "
                       "draws it gives the same difference)"]
+        if any(count >= 2 for count in missing):
+            lines[-1] += (f"; nor has a class whose positive labels none of the {result['num_bootstrap']} replicates "
+                          f"drew (use more replicates: 1000 is usual)")
     return "\n".join(lines)
 
 
 def _overall_interval_text(result: Dict, level: str) -> str:
     """The difference's interval and p-value, or why there are none (fewer than two rows with a positive label)."""
     if result["interval"] is None:
-        return "no interval or p-value: one evaluation row with a positive label (every replicate is that row)"
+        labelled = result["num_samples"] - result.get("rows_without_label", 0)
+        return "no interval or p-value: " + no_interval_reason(labelled, result["num_bootstrap"])
     low, high = result["interval"]
     return f"{level} interval [{low:+.6f}, {high:+.6f}]  p = {result['p_value']:.4f}"
 
@@ -283,7 +291,7 @@ def write_plot(result: Dict, path: str) -> None:
     rows.sort(key=lambda item: -item[1]["difference"])
     panels = max(1, math.ceil(len(rows) / BARS_PER_PANEL))
     per_panel = max(1, math.ceil(len(rows) / panels))
-    level = f"{100 * result['level']:g}%"
+    level = level_name(result["level"])
     height = 1.6 + (0.3 if panels == 1 else 0.16) * per_panel
     fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, height), squeeze=False)
     try:
@@ -308,6 +316,7 @@ def write_plot(result: Dict, path: str) -> None:
         fig.suptitle(
             f"{plot_title(result)}\nper-class intervals: paired bootstrap, {result['num_bootstrap']} replicates"
             + ("; none for a class with one positive label" if any(c["interval"] is None for _, c in rows) else "")
+            + (" or none drawn" if any(c["interval"] is None and c["count"] >= 2 for _, c in rows) else "")
         )
         layout_below_title(fig)
         fig.savefig(path, dpi=100)

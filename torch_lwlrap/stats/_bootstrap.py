@@ -32,7 +32,7 @@ from torch import Tensor
 from torch_lwlrap import _bootstrap_kernel, _dispatch
 from torch_lwlrap._engine_config import chunk_elements
 from torch_lwlrap._user_frames import warn
-from torch_lwlrap._options import whole_number
+from torch_lwlrap._options import MAX_REPLICATES, whole_number
 from torch_lwlrap._poisson import POISSON_THRESHOLDS
 
 _M32 = 0xFFFFFFFF
@@ -64,6 +64,12 @@ def check_num_bootstrap(num_bootstrap: int, name: str = "num_bootstrap") -> int:
         raise ValueError(
             f"Argument `{name}` must be a non-negative integer (0 turns the bootstrap off), but got "
             f"{num_bootstrap!r}."
+        )
+    if value > MAX_REPLICATES:
+        raise ValueError(
+            f"Argument `{name}` takes at most 2**24 ({MAX_REPLICATES}) bootstrap replicates (torch.nanquantile's "
+            f"limit for the bounds), but got {value}: use fewer (1000 is usual; 100000 bounds the Monte Carlo error "
+            f"far below the interval's width)."
         )
     return value
 
@@ -277,7 +283,7 @@ def percentile_interval(replicates: Tensor, level: float) -> Tuple[Tensor, Tenso
     needed = min_replicates(level)
     if 0 < replicates.shape[0] < needed:
         warn(
-            f"A {level:g} percentile interval from {replicates.shape[0]} bootstrap replicate(s) is degenerate: each "
+            f"A {float(level)!r} percentile interval from {replicates.shape[0]} bootstrap replicate(s) is degenerate: each "
             f"tail holds {replicates.shape[0] * tail:.3g} of a replicate, so the bounds are interpolated between the "
             f"most extreme replicates (one replicate gives an interval of width 0). Use at least {needed} replicates "
             f"(num_bootstrap, or --bootstrap/--ci on the command line); 1000 or more is usual."
