@@ -20,7 +20,14 @@ import torch.multiprocessing as mp
 
 from tests.reference import naive_lrap, naive_lwlrap
 from tests.test_tie_report import brute_force_range, tied_positives
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, MultilabelTieReport, tie_report
+from torch_lwlrap import (
+    MultilabelCoverageError,
+    MultilabelLRAP,
+    MultilabelLWLRAP,
+    MultilabelOneError,
+    MultilabelTieReport,
+    tie_report,
+)
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -309,6 +316,10 @@ def _mismatch_worker(rank: int, init_file: str, out_dir: str) -> None:
         "states": lambda: MultilabelLWLRAP(NUM_LABELS, num_bootstrap=0 if rank == 0 else 20, bootstrap_seed=1),
         # sums in two dtypes: gloo had aborted the process on the gather of unequal sizes
         "dtypes": lambda: MultilabelLRAP(NUM_LABELS).set_dtype(torch.float64 if rank == 0 else torch.float32),
+        # another class on each process (a dict of metrics computed in another order): states of the same shapes
+        # had been summed into a value of neither, states of other shapes had failed inside the gather
+        "classes": lambda: (MultilabelCoverageError if rank == 0 else MultilabelOneError)(NUM_LABELS),
+        "classes, states": lambda: (MultilabelLWLRAP if rank == 0 else MultilabelLRAP)(NUM_LABELS),
     }
     torch.manual_seed(rank)
     for name, make in made.items():
@@ -346,6 +357,12 @@ def test_processes_with_different_options_are_refused_not_summed(tmp_path):
         kind, message = results["dtypes"]
         assert kind == "error", (rank, message)
         assert "torch.float64 on process 0 and in torch.float32 on process 1" in message and "set_dtype" in message
+        for name, first, other in (("classes", "MultilabelCoverageError", "MultilabelOneError"),
+                                   ("classes, states", "MultilabelLWLRAP", "MultilabelLRAP")):
+            kind, message = results[name]
+            assert kind == "error", (rank, name, message)
+            assert f"met a {first} on process 0 and a {other} on process 1" in message, message
+            assert "in the same order on every process" in message
         preds = torch.cat([b[0] for b in make_batches()[:2]]).numpy()
         target = torch.cat([b[1].clamp(min=0) for b in make_batches()[:2]]).numpy()
         for name in ("settings only", "drawn seeds"):  # run settings, or seeds drawn per process, may differ

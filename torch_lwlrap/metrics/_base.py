@@ -110,6 +110,14 @@ class TaggedMetric(Metric):
         for rank, tag in enumerate(tags[1:], 1):
             if _without_settings(tag) == _without_settings(tags[0]):
                 continue
+            owners = [tag_owner(torch.tensor(values, dtype=torch.int64)) for values in (tags[0], tag)]
+            if None not in owners and owners[0] != owners[1]:  # a collection computed in another order, say
+                first, other = (_class_with_code(owner) or "another metric class" for owner in owners)
+                raise ValueError(
+                    f"{type(self).__name__}'s sync met a {first} on process 0 and a {other} on process {rank}: "
+                    f"every process must sync the same metric at the same time (compute the metrics of a dict or "
+                    f"collection in the same order on every process), or their sums would be added together."
+                )
             mine, theirs = (
                 _decoded(torch.tensor(values, dtype=torch.int64), self._options) for values in (tags[0], tag)
             )
