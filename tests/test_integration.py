@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 import pickle
 
 import matplotlib
@@ -385,6 +386,29 @@ def test_plot_per_class_bars(tmp_path):
         assert texts[4] == "no positive"
         assert texts[0] == f"{per_class[0]:.3f}  (w={weights[0]:.3f})"
         _save_png(fig, tmp_path / "per_class.png")
+    finally:
+        plt.close(fig)
+
+
+def test_plot_of_a_value_kept_from_before_a_reset_shows_no_weights_of_the_new_state():
+    # torchmetrics' loop plots a stored value after reset(): its bars had been labelled with the weights of the
+    # metric's current state (w=0.000 after the reset, others after a later update), not of the value's data.
+    metric = MultilabelLWLRAP(NUM_LABELS, average="none")
+    batches = make_batches(12)
+    for preds, target in batches:
+        metric.update(preds, target)
+    kept = metric.compute()
+    per_class = naive_lwlrap_per_class(*cat(batches))[0]
+    metric.reset()
+    metric.update(*batches[0])  # a later epoch's first batch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no per_class() of the state (it had warned "before update" after reset)
+        fig, ax = metric.plot(kept)
+    try:
+        assert _bars(ax) == pytest.approx([0.0 if math.isnan(v) else v for v in per_class], abs=1e-12)
+        texts = [text.get_text() for text in ax.texts]
+        assert texts and not any("w=" in text for text in texts), texts
+        assert texts[0] == f"{per_class[0]:.3f}"
     finally:
         plt.close(fig)
 

@@ -391,8 +391,10 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         """Plot a value (default: :meth:`compute`) as torchmetrics does; per-class values as a bar chart.
 
         A scalar or a sequence of scalars is drawn like any torchmetrics metric. A per-class tensor
-        (``average="none"``) is drawn as horizontal bars of per-class lwlrap labelled with the accumulated label
-        weights and the optional ``class_names``. Needs matplotlib (``pip install matplotlib``, the ``plot`` extra).
+        (``average="none"``) is drawn as horizontal bars of per-class lwlrap labelled with the optional
+        ``class_names`` and, for the default value, with the accumulated label weights (a ``val`` passed in, say one
+        kept from before a ``reset()``, is drawn without them: the metric's state need not be the one behind it).
+        Needs matplotlib (``pip install matplotlib``, the ``plot`` extra).
 
         Returns:
             ``(fig, ax)``.
@@ -404,10 +406,12 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             >>> metric.update(torch.tensor([[0.1, 0.7, 0.2], [0.1, 0.7, 0.2]]), torch.tensor([[1, 0, 1], [0, 1, 1]]))
             >>> fig, ax = metric.plot(class_names=["dog", "cat", "bird"])
         """
+        weights = None
         if val is None:
             val = self.compute()
+            if isinstance(val, Tensor) and val.ndim == 1:
+                weights = self.per_class()[1]
         if isinstance(val, Tensor) and val.ndim == 1 and val.numel() == self.num_labels:
-            weights = self.per_class()[1]
             return plot_per_class(val, weights, class_names=class_names, ax=ax, title=type(self).__name__)
         return self._plot(val, ax)
 
