@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.run import SCRATCH_DIR, WARM_UP_CALLS, machine_metadata
+from benchmarks.run import SCRATCH_DIR, WARM_UP_CALLS, count_argument, machine_metadata, sizes_argument
 
 CASES = ["lwlrap", "expected", "bootstrap", "ranking_collection", "spearman", "kendall", "distance"]
 
@@ -79,14 +79,20 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="source tree of the earlier version")
     parser.add_argument("--after", type=Path, required=True, help="source tree of the later version")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=15)
+    parser.add_argument("--rounds", type=count_argument, default=5)
+    parser.add_argument("--calls", type=count_argument, default=15)
     parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
-    parser.add_argument("--size", default="20000x527", help="NxC of the batch (the default is the issue's size)")
+    parser.add_argument("--size", type=sizes_argument, default="20000x527",
+                        help="NxC of the batch (the default is the issue's size)")
     parser.add_argument("--out", type=Path, default=SCRATCH_DIR)
     args = parser.parse_args(argv)
-    size = tuple(int(v) for v in args.size.lower().split("x"))
+    if len(args.size) != 1 or args.size[0][2] is not None:
+        parser.error(f"--size takes one NxC, without a density: got {args.size}")
+    size = args.size[0][:2]
     before, after = args.before.resolve(), args.after.resolve()
+    for option, folder in (("--before", before), ("--after", after)):
+        if not (folder / "torch_lwlrap").is_dir():
+            parser.error(f"{option} {str(folder)!r} holds no torch_lwlrap source tree (no torch_lwlrap folder in it)")
     results = {case: {"before": [], "after": []} for case in args.cases}
     for round_ in range(args.rounds):
         for case in args.cases:

@@ -22,7 +22,7 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from benchmarks.anchors import read_inputs
-from benchmarks.run import SCRATCH_DIR, machine_metadata, make_inputs, write_tables
+from benchmarks.run import SCRATCH_DIR, count_argument, machine_metadata, make_inputs, write_tables
 from torch_lwlrap import multilabel_lwlrap
 
 #: Copies of the inputs taken in turn.
@@ -78,7 +78,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--classes", type=int, default=527)
-    parser.add_argument("--calls", type=int, default=60, help="calls of each (default: 60)")
+    parser.add_argument("--calls", type=count_argument, default=60, help="calls of each (default: 60)")
     parser.add_argument("--out", type=Path, default=SCRATCH_DIR, help="folder for the tables (default: benchmarks/out)")
     parser.add_argument("--name", default="floor_ratio", help="file name of the tables, without suffix")
     args = parser.parse_args(argv)

@@ -436,6 +436,10 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device is available; pass --device cpu (with TRITON_INTERPRET=1) to check the script")
+    if kernel.triton is None:  # every check runs the Triton kernel, on a GPU or interpreted
+        why = f"does not import ({kernel._IMPORT_ERROR})" if kernel._IMPORT_ERROR else "is not installed"
+        parser.error(f"Triton {why}: every check here runs the Triton kernel (pip install -e \".[gpu]\"; CUDA "
+                     f"builds of PyTorch ship it)")
     started = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -27,9 +27,10 @@ import torch
 from benchmarks.run import (
     RESULTS_DIR,
     SCRATCH_DIR,
+    count_argument,
     machine_metadata,
     make_inputs,
-    parse_sizes,
+    sizes_argument,
     time_fast,
     time_slow,
     warm_up,
@@ -170,11 +171,12 @@ def markdown(records: List[Dict]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="20000x527", help="comma-separated NxC (default: 20000x527)")
+    parser.add_argument("--sizes", type=sizes_argument, default="20000x527",
+                        help="comma-separated NxC (default: 20000x527)")
     parser.add_argument("--min-run-time", type=float, default=0.2,
                         help="seconds per timed entry and round (default: 0.2)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds, each entry timed once a round (default: 5)")
-    parser.add_argument("--scipy-rows", type=int, default=400, help="rows the scipy loops score (default: 400)")
+    parser.add_argument("--rounds", type=count_argument, default=5, help="rounds, each entry timed once a round (default: 5)")
+    parser.add_argument("--scipy-rows", type=count_argument, default=400, help="rows the scipy loops score (default: 400)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
                         help=f"output folder for ltr_agreement.md and .json (default {SCRATCH_DIR}, git-ignored; the "
@@ -184,7 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    records = run(parse_sizes(args.sizes), args.min_run_time, args.scipy_rows, args.rounds)
+    records = run(args.sizes, args.min_run_time, args.scipy_rows, args.rounds)
     for record in records:
         record["torch_threads"] = torch.get_num_threads()
     write_tables(args.out / "ltr_agreement", {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))

@@ -25,7 +25,7 @@ from benchmarks.run import (
     SCRATCH_DIR,
     machine_metadata,
     make_inputs,
-    parse_sizes,
+    sizes_argument,
     time_fast,
     time_slow,
     warm_up,
@@ -136,7 +136,8 @@ def markdown(records: List[Dict]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="20000x527", help="comma-separated NxC (default: 20000x527)")
+    parser.add_argument("--sizes", type=sizes_argument, default="20000x527",
+                        help="comma-separated NxC (default: 20000x527)")
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds per timed entry (default: 1)")
     parser.add_argument("--no-anchors", action="store_true", help="skip scikit-learn")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
@@ -147,7 +148,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
-    records = run(parse_sizes(args.sizes), args.min_run_time, not args.no_anchors)
+    records = run(args.sizes, args.min_run_time, not args.no_anchors)
     for record in records:
         record["torch_threads"] = threads
     write_tables(args.out / "ranking_metrics", {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))

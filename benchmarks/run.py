@@ -106,6 +106,30 @@ def parse_sizes(text: str) -> List[Tuple[int, int, Optional[float]]]:
     return sizes
 
 
+def sizes_argument(text: str) -> List[Tuple[int, int, Optional[float]]]:
+    """:func:`parse_sizes` as an argparse ``type``: a bad size is a usage error before any timing, in every script."""
+    try:
+        return parse_sizes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).replace("Argument `--sizes`: ", "")) from None
+
+
+def count_argument(text: str) -> int:
+    """A whole number >= 1 as an argparse ``type`` (repeats, calls, rounds: each table is a median of them).
+
+    Example:
+        >>> count_argument("3")
+        3
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 (a median needs one timing), got {value}")
+    return value
+
+
 def make_inputs(
     num_samples: int, num_classes: int, density: Optional[float], device: str = "cpu", seed: int = 0
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -625,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where to run: cpu, cuda, or all (cpu, and cuda when available). Default: all.")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and short timings (seconds in all), for smoke tests.")
-    parser.add_argument("--sizes", default=None,
+    parser.add_argument("--sizes", type=sizes_argument, default=None,
                         help="comma-separated NxC (1-3 positives per row) or NxC:density cases, replacing the "
                         "default sweep, e.g. '20000x527,20000x527:0.3'.")
     parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
@@ -637,7 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "none. Default: all (auto with --quick).")
     parser.add_argument("--min-run-time", type=float, default=None,
                         help="seconds of repeated calls per library timing. Default: 1.0 (0.05 with --quick).")
-    parser.add_argument("--repeats", type=int, default=None,
+    parser.add_argument("--repeats", type=count_argument, default=None,
                         help="timed calls per anchor (median). Default: 3 (1 with --quick).")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs. Default: 0.")
     return parser
@@ -655,10 +679,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.min_run_time = args.min_run_time if args.min_run_time is not None else (0.05 if args.quick else 1.0)
     args.repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     args.memory = args.memory if args.memory is not None else ("auto" if args.quick else "all")
-    try:
-        custom = parse_sizes(args.sizes) if args.sizes else None
-    except ValueError as error:
-        parser.error(str(error))
+    if args.tag is not None and (not args.tag or "/" in args.tag or args.tag in (".", "..")):
+        parser.error(f"--tag names the output files, not a folder (use --out for that): {args.tag!r}")
+    custom = args.sizes
     cases = []
     for device in devices:
         sizes = custom or parse_sizes(",".join(QUICK_SIZES if args.quick else DEFAULT_SIZES[device]))

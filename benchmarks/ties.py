@@ -22,7 +22,7 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from benchmarks.run import SCRATCH_DIR, machine_metadata, warm_up, write_tables
+from benchmarks.run import SCRATCH_DIR, count_argument, machine_metadata, warm_up, write_tables
 from torch_lwlrap import multilabel_lwlrap, tie_report
 
 ENTRIES = {
@@ -87,7 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--classes", type=int, default=527)
-    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--repeats", type=count_argument, default=21)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--out", type=Path, default=SCRATCH_DIR, help="folder for the tables (default: benchmarks/out)")
     parser.add_argument("--name", default="ties", help="file name of the tables, without suffix (default: ties)")

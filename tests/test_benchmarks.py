@@ -82,6 +82,37 @@ def test_gpu_check_script_runs_in_the_interpreter(tmp_path):
     assert "## Triton tile sweep" in (tmp_path / "results.md").read_text()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("triton") is not None, reason="Triton is installed")
+def test_gpu_check_without_triton_says_so_in_one_line(tmp_path):
+    # Its own hint (--device cpu with TRITON_INTERPRET=1) had printed 59 tracebacks and "failures: 57" without Triton.
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--tiny", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-4000:]
+    assert done.stderr.splitlines()[-1].startswith("gpu_check.py: error: Triton is not installed"), done.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("args, message", [
+    (["benchmarks", "--quick", "--device", "cpu", "--repeats", "0"], "argument --repeats: expected a whole number >= 1"),
+    (["benchmarks", "--quick", "--device", "cpu", "--tag", "a/b"], "--tag names the output files, not a folder"),
+    (["benchmarks.floor_ratio", "--calls", "0"], "argument --calls: expected a whole number >= 1"),
+    (["benchmarks.ties", "--repeats", "0"], "argument --repeats: expected a whole number >= 1"),
+    (["benchmarks.ranking_metrics", "--sizes", "20x2"], "argument --sizes: '20x2' needs N >= 1 and C >= 3"),
+    (["benchmarks.ltr_agreement", "--rounds", "0"], "argument --rounds: expected a whole number >= 1"),
+    (["benchmarks.before_after", "--before", "/nonexistent", "--after", "."], "--before '/nonexistent' holds no"),
+    (["benchmarks.before_after", "--before", ".", "--after", ".", "--size", "20"], "argument --size: cannot read '20'"),
+    (["benchmarks.cli_speed", "--before", "/nonexistent"], "--before '/nonexistent' holds no torch_lwlrap checkout"),
+])
+def test_bad_benchmark_arguments_are_one_usage_line_before_any_timing(tmp_path, args, message):
+    # Each had ended in a traceback (StatisticsError, FileNotFoundError, CalledProcessError), some after the timings.
+    command = [sys.executable, "-m", *args] + ([] if "cli_speed" in args[0] else ["--out", str(tmp_path)])
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-4000:]
+    assert message in done.stderr.splitlines()[-1], done.stderr
+    assert not any(tmp_path.iterdir())
+
+
 def test_generated_inputs_follow_their_description():
     preds, target = make_inputs(2000, 50, None)
     per_row = target.sum(1)
