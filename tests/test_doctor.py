@@ -101,6 +101,7 @@ def test_doctor_through_the_command_line_prints_the_tables(small_timing, capsys)
     rows = [line.split() for line in out.splitlines() if line.startswith("cpu ")]
     assert [row[1] for row in rows] == ["float16", "bfloat16", "float32", "float64"]
     assert all(row[3] == "yes" for row in rows)
+    assert "x floor: that over one read of its inputs" in out and "--no-timing" not in out
 
 
 def test_the_command_line_and_the_module_take_the_same_doctor_options(small_timing, capsys):
@@ -115,6 +116,11 @@ def test_the_command_line_and_the_module_take_the_same_doctor_options(small_timi
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["checks"]
     assert all("steady s" not in check and check["path"] in ("numba", "triton", "sort", "count") for check in report["checks"])
+    assert doctor.main(["--no-timing"]) == 0
+    out = capsys.readouterr().out
+    assert "no timings at that size (--no-timing)" in out and "x floor: that over one read" not in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("cpu ")]
+    assert rows and all(row[-4:] == ["-"] * 4 for row in rows)
 
 
 def test_a_planted_disagreement_gives_a_non_zero_exit_status(small_timing, monkeypatch, capsys):

@@ -413,6 +413,38 @@ def test_plot_of_a_value_kept_from_before_a_reset_shows_no_weights_of_the_new_st
         plt.close(fig)
 
 
+def test_plot_per_class_of_a_single_label_is_one_bar_with_its_weight():
+    # compute() of one label is 0-dim (torchmetrics squeezes one-element values): with average="none" it is still
+    # that label's score, drawn as one bar with its weight, not as a scalar on a line plot.
+    metric = MultilabelLWLRAP(num_labels=1, average="none")
+    preds = torch.tensor([[0.3], [0.9], [0.1], [0.7], [0.5]])
+    target = torch.tensor([[1], [0], [1], [1], [0]])
+    metric.update(preds, target)
+    value = metric.compute()
+    expected = naive_lwlrap(preds, target)  # one label: its per-class score is the overall lwlrap
+    assert value.ndim == 0 and value.item() == pytest.approx(expected, abs=1e-12)
+    fig, ax = metric.plot(class_names=["siren"])
+    try:
+        assert _tick_labels(ax) == ["siren"] and not ax.lines
+        assert _bars(ax) == pytest.approx([expected], abs=1e-12)
+        assert ax.texts[0].get_text() == f"{expected:.3f}  (w=1.000)"
+    finally:
+        plt.close(fig)
+    fig, ax = metric.plot(value)  # passed in: the same bar, without the state's weight
+    try:
+        assert _bars(ax) == pytest.approx([expected], abs=1e-12)
+        assert ax.texts[0].get_text() == f"{expected:.3f}"
+    finally:
+        plt.close(fig)
+    scalar = MultilabelLWLRAP(num_labels=1)  # the weighted average of one label stays a scalar plot
+    scalar.update(preds, target)
+    fig, ax = scalar.plot()
+    try:
+        assert not ax.patches and list(ax.lines[0].get_ydata()) == pytest.approx([expected], abs=1e-12)
+    finally:
+        plt.close(fig)
+
+
 def test_plot_per_class_sorted_worst_on_top(tmp_path):
     per_class = torch.tensor([0.9, 0.25, float("nan"), 0.5], dtype=torch.float64)
     weights = torch.tensor([0.4, 0.3, 0.0, 0.3], dtype=torch.float64)

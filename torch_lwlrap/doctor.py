@@ -431,6 +431,11 @@ def _closing_lines(report: Dict[str, Any]) -> List[str]:
     rules = report["checks"][0]["ties"] if report["checks"] else []
     lines += ["", f"agreement: lwlrap per class, weighted lwlrap and LRAP against a naive reference (relative "
               f"{RTOL:g}) on tie-heavy batches, with and without ignore_index, ties {', '.join(rules)}"]
+    timed = any("steady s" in check for check in report["checks"])
+    lines.append("path: the one multilabel_lwlrap takes for a batch of the size shown; first call: the first value "
+                 "check, with any compile or cache load; " + (
+                     "steady: the median time at that size, x floor: that over one read of its inputs" if timed
+                     else "no timings at that size (--no-timing)"))
     unchecked = report["checks"][0]["unchecked ties"] if report["checks"] else []
     if unchecked:
         lines.append(f"tie rules without a reference here, not checked: {', '.join(unchecked)}")

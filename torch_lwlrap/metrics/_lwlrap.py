@@ -407,12 +407,14 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             >>> fig, ax = metric.plot(class_names=["dog", "cat", "bird"])
         """
         weights = None
-        if val is None:
-            val = self.compute()
-            if isinstance(val, Tensor) and val.ndim == 1:
-                weights = self.per_class()[1]
-        if isinstance(val, Tensor) and val.ndim == 1 and val.numel() == self.num_labels:
-            return plot_per_class(val, weights, class_names=class_names, ax=ax, title=type(self).__name__)
+        passed = val is not None
+        val = self.compute() if val is None else val
+        # Per-class values: (C,), or 0-dim with one label (torchmetrics squeezes a one-element compute()).
+        per_class = isinstance(val, Tensor) and val.numel() == self.num_labels and (
+            val.ndim == 1 or (val.ndim == 0 and self.average == "none"))
+        if per_class:
+            weights = None if passed else self.per_class()[1]
+            return plot_per_class(val.reshape(-1), weights, class_names=class_names, ax=ax, title=type(self).__name__)
         return self._plot(val, ax)
 
 
