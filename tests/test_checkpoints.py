@@ -1154,3 +1154,191 @@ def test_merge_state_refuses_an_earlier_version_s_tag_and_merges_shape_only_metr
     shapes = MultilabelLWLRAP(C).to("meta")  # shape-only tests: the tags have no values to compare
     shapes.merge_state(MultilabelLWLRAP(C).to("meta"))
     assert shapes.label_count.device.type == "meta"
+
+
+# A tag no version wrote (a hand-edited or damaged state dict): another length, a flag other than 0/1, a tie rule
+# or a label count out of range, an ignore_index beside a flag saying there is none.
+GARBAGE_TAGS = [[5, 5, 5, 5, 5], [1, 2], [7], [0, 2, 0], [0, 0, 3], [0, 1, -1, 0], [99, 0, 0]]
+
+
+@pytest.mark.parametrize("cls, options, data", HOLDERS, ids=[f"{c.__name__}-{len(o)}" for c, o, _ in HOLDERS])
+def test_a_tag_no_version_wrote_is_refused_and_changes_nothing(cls, options, data):
+    saved = _persistent(_fed(cls(**options), data(C, 1, 0)))
+    target = _persistent(_fed(cls(**options), data(C, 2, 1)))
+    before, value = _states(target), target.compute()
+    for tag in GARBAGE_TAGS:
+        state = dict(saved.state_dict())
+        state["options_tag"] = torch.tensor(tag, dtype=torch.int64)
+        for strict in (True, False):
+            with pytest.raises(RuntimeError, match=rf"{cls.__name__} checkpoint was made by another metric class or "
+                                                   rf"with other options \(an unknown options_tag\)"):
+                target.load_state_dict(dict(state), strict=strict)
+        for name, kept in before.items():
+            assert torch.equal(getattr(target, name), kept), (tag, name)
+    after = target.compute()
+    if isinstance(value, dict):
+        assert all(torch.equal(after[k], value[k]) for k in value)
+    else:
+        assert torch.equal(after, value)
+
+
+def test_an_earlier_version_s_tag_still_loads_beside_the_refused_ones():
+    # the same checks let every tag an earlier version wrote through (its options then compared)
+    for cls, options in ((MultilabelLWLRAP, dict(num_labels=C, ties="index", ignore_index=-1)),
+                         (MultilabelTieReport, dict(num_labels=C)), (MultilabelCoverageError, dict(num_labels=C))):
+        batches = _batches(C, 2, ignore="ignore_index" in options)
+        saved = _persistent(_fed(cls(**options), batches[:1]))
+        state = _previous_version(saved, saved.state_dict())
+        resumed = _persistent(cls(**options))
+        resumed.load_state_dict(state)
+        _fed(resumed, batches[1:])
+        for name, value in _states(_fed(cls(**options), batches)).items():
+            assert torch.equal(getattr(resumed, name), value), (cls.__name__, name)
+
+
+@pytest.mark.parametrize("cls, options, data", HOLDERS, ids=[f"{c.__name__}-{len(o)}" for c, o, _ in HOLDERS])
+def test_a_refused_batch_is_not_counted_as_an_update(cls, options, data):
+    metric = cls(**options)
+    good = data(C, 1, 0)[0]
+    bad = (good[0][:, :-1], good[1][:, :-1])  # one label short
+    with pytest.raises(ValueError):
+        metric.update(*bad)
+    assert metric._update_count == 0 and not metric.update_called
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metric.compute()  # torchmetrics' warning: nothing was added (beside the metric's own NaN warning, if any)
+    assert any("before the ``update`` method" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    metric.update(*good)
+    value = metric.compute()
+    with pytest.raises(ValueError):
+        metric.update(*bad)
+    assert metric._update_count == 1 and metric._computed is not None  # the kept result stands: nothing changed
+    again = metric.compute()
+    if isinstance(value, dict):
+        assert all(torch.equal(again[k], value[k]) for k in value)
+    else:
+        assert torch.equal(again, value)
+
+
+class _MetaBuilt(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(4, C)
+        self.val_lwlrap = MultilabelLWLRAP(C, ties="index", ignore_index=-1)
+        self.val_loss = MultilabelRankingLoss(C)
+        self.val_boot = MultilabelLRAP(C, num_bootstrap=8, bootstrap_seed=3)
+        self.agree = MultilabelKendallDistanceAtK(C, k=2)
+
+
+def test_a_module_made_on_meta_and_materialized_with_to_empty_holds_new_metrics():
+    with torch.device("meta"):
+        module = _MetaBuilt()
+    assert module.val_lwlrap.precision_sum.device.type == "meta"
+    preds, target = _batches(C, 1, ignore=True)[0]
+    shapes = MultilabelLWLRAP(C, validate_args=False).to("meta")  # a run of shapes: updates, without values
+    shapes.update(preds.to("meta"), target.clamp(min=0).to("meta"))
+    assert shapes.precision_sum.device.type == "meta"
+    module.to_empty(device="cpu")  # the memory of every state, without data, then the states of new metrics
+    fresh = _MetaBuilt()
+    for name in ("val_lwlrap", "val_loss", "val_boot", "agree"):
+        got, want = getattr(module, name), getattr(fresh, name)
+        for state in want._defaults:
+            assert torch.equal(getattr(got, state), getattr(want, state)), (name, state)
+            assert torch.equal(got._defaults[state], want._defaults[state]), (name, state)
+        assert not got.update_called
+    module.val_lwlrap.update(preds, target)
+    module.val_loss.update(preds, target.clamp(min=0))
+    assert module.val_lwlrap.compute().item() == pytest.approx(naive_lwlrap(preds, target, "index", -1), rel=1e-12)
+    from sklearn.metrics import label_ranking_loss
+
+    expected = label_ranking_loss(target.clamp(min=0).numpy(), preds.numpy())
+    assert module.val_loss.compute().item() == pytest.approx(expected, rel=1e-12)
+    state = module.state_dict()  # a checkpoint of the materialized module loads into one made normally
+    _persistent(fresh.val_lwlrap).load_state_dict({k[len("val_lwlrap."):]: v for k, v in state.items()
+                                                   if k.startswith("val_lwlrap.")}, strict=False)
+
+
+class _ResumableBatches:
+    """A loader Lightning can resume mid-epoch: it has ``state_dict`` and ``load_state_dict`` (as torchdata's
+    ``StatefulDataLoader``), the position of its next batch."""
+
+    def __init__(self, batches):
+        self.batches, self.position = batches, 0
+
+    def __iter__(self):
+        while self.position < len(self.batches):
+            self.position += 1
+            yield self.batches[self.position - 1]
+        self.position = 0
+
+    def __len__(self):
+        return len(self.batches)
+
+    def state_dict(self):
+        return {"position": self.position}
+
+    def load_state_dict(self, state):
+        self.position = state["position"]
+
+
+def test_lightning_resumes_persistent_training_sums_mid_epoch_bit_identically(tmp_path):
+    # The README's promise: persistent sums and a checkpoint written mid-epoch (every_n_train_steps) resume to the
+    # uninterrupted run's value, when the loader resumes after the checkpoint's batch; a plain loader does not.
+    lightning = pytest.importorskip("lightning")
+    generator = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(9, 4, generator=generator), torch.randint(0, 2, (9, C), generator=generator))
+               for _ in range(4)]
+
+    class Module(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, C)
+            self.train_lwlrap = MultilabelLWLRAP(C)
+            self.train_lwlrap.persistent(True)
+            self.logits: List[torch.Tensor] = []
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            logits = self.layer(x)
+            self.logits.append(logits.detach().clone())
+            self.train_lwlrap(logits, y)
+            self.log("train_lwlrap", self.train_lwlrap, on_step=False, on_epoch=True)
+            return torch.nn.functional.binary_cross_entropy_with_logits(logits, y.float())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    def fit(module, loader, where, **kwargs):
+        callbacks = kwargs.pop("callbacks", [])
+        trainer = lightning.Trainer(max_epochs=1, default_root_dir=tmp_path / where, logger=False,
+                                    enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.fit(module, loader, **kwargs)
+        return trainer.callback_metrics["train_lwlrap"].item(), [str(w.message) for w in caught]
+
+    torch.manual_seed(0)
+    whole = Module()
+    every_two = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2,
+                                                           save_top_k=-1)
+    value, _ = fit(whole, _ResumableBatches(batches), "whole", callbacks=[every_two])
+    logits, target = torch.cat(whole.logits), torch.cat([y for _, y in batches])
+    assert value == pytest.approx(naive_lwlrap(logits, target), rel=1e-12)  # the epoch, as the model scored it
+
+    middle = tmp_path / "ckpt" / "epoch=0-step=2.ckpt"
+    torch.manual_seed(1)
+    resumed = Module()
+    again, _ = fit(resumed, _ResumableBatches(batches), "resumed", ckpt_path=middle)
+    assert again == value  # bit-identical
+    assert len(resumed.logits) == 2 and torch.equal(torch.cat(resumed.logits), torch.cat(whole.logits[2:]))
+
+    def plain_loader():  # torch's DataLoader, which cannot resume mid-epoch (the batches as they are)
+        return torch.utils.data.DataLoader(batches, batch_size=None)
+
+    torch.manual_seed(0)  # the same run with a plain loader: its checkpoints, then a resume from the middle
+    every_two = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "plain", every_n_train_steps=2,
+                                                           save_top_k=-1)
+    assert fit(Module(), plain_loader(), "plain_whole", callbacks=[every_two])[0] == value
+    plain, messages = fit(Module(), plain_loader(), "plain", ckpt_path=tmp_path / "plain" / "epoch=0-step=2.ckpt")
+    assert any("not resumable" in message for message in messages), messages  # Lightning's warning, as written
+    assert plain != value  # batches 0-1 counted twice, 2-3 never: the README's case for a stateful loader

@@ -178,7 +178,20 @@ class TaggedMetric(Metric):
     def _wrap_update(self, update: Callable) -> Callable:
         # torchmetrics wraps update and compute per instance (again after unpickling): they, and forward below, run
         # eagerly inside torch.compile (a graph break; dynamo cannot trace the engines' compiled kernels).
-        return eager_only(super()._wrap_update(update))
+        wrapped = super()._wrap_update(update)
+
+        @functools.wraps(wrapped)
+        def update(*args: Any, **kwargs: Any) -> None:  # named as the method: an error names the user's call by it
+            # torchmetrics counts the update and drops its kept result before the batch is checked: a refused batch
+            # changes nothing, its count included (a metric that refused every batch still warns before compute).
+            count, computed = self._update_count, self._computed
+            try:
+                wrapped(*args, **kwargs)
+            except BaseException:
+                self._update_count, self._computed = count, computed
+                raise
+
+        return eager_only(update)
 
     def _wrap_compute(self, compute: Callable) -> Callable:
         wrapped = super()._wrap_compute(compute)
@@ -293,10 +306,11 @@ class TaggedMetric(Metric):
         fix."""
         return None
 
-    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
         """The options a checkpoint of an earlier version records (``saved(state name)`` gives its states, or
-        None); those it does not record are not compared."""
-        return {}
+        None); those it does not record are not compared. None: its tag is none an earlier version of this class
+        wrote (a class new in this version has none)."""
+        return None
 
     def _adoptable(self, name: str, value: Any) -> bool:
         """Whether a checkpoint's value of option ``name`` may replace this metric's (one the user did not choose,
@@ -344,6 +358,8 @@ class TaggedMetric(Metric):
             if refusal is not None:
                 return refusal, {}
             theirs = self._legacy_options(saved)
+            if theirs is None:
+                return "was made by another metric class or with other options (an unknown options_tag)" + fix, {}
             differ = [name for name, value in theirs.items() if name in ours and value != ours[name]]
         adopted = {name: theirs[name] for name in differ if self._adoptable(name, theirs[name])}
         differ = [name for name in differ if name not in adopted]
@@ -542,6 +558,11 @@ def _apply_keeping_dtypes(metric: Metric, fn: Callable, exclude_state: Sequence[
     checkpoint was made with.
     """
     extra = (exclude_state,) if exclude_state else ()
+    if metric.options_tag.device.type == "meta":  # shapes only: no state holds data to keep
+        this = Metric._apply(metric, fn, *extra)
+        if this.options_tag.device.type != "meta":  # materialized (``to_empty``): a new metric's states
+            _fresh_states(this)
+        return this
     saved = {name: (getattr(metric, name), metric._defaults[name]) for name in names if name not in exclude_state}
     results = {name: getattr(metric, name, None) for name in ("_computed", "_forward_cache")}
     this = Metric._apply(metric, fn, *extra)
@@ -552,6 +573,18 @@ def _apply_keeping_dtypes(metric: Metric, fn: Callable, exclude_state: Sequence[
         if value is not None:
             setattr(this, name, _moved(value, this.device))
     return this
+
+
+def _fresh_states(metric: "TaggedMetric") -> None:
+    """The states of a metric made on the meta device (``with torch.device("meta")``, as FSDP and large models
+    initialize) and now given memory without data (``module.to_empty(device=...)``): what a new metric holds, every
+    sum and count 0 and the options tag of its options. Nothing was accumulated on the meta device: it takes no
+    batch."""
+    for name, default in metric._defaults.items():
+        if isinstance(default, Tensor):
+            metric._defaults[name] = torch.zeros_like(default)
+    metric._retag()
+    metric.reset()
 
 
 def _moved(value: Any, device: torch.device) -> Any:

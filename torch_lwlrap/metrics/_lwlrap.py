@@ -96,9 +96,11 @@ class _Bootstrap:
             f"interval anew"
         )
 
-    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
         # Earlier tags held ties, ignore_index and num_labels; the replicates tell num_bootstrap (not the seed).
         out = legacy_tag(saved, TIES)
+        if out is None:
+            return None
         replicates = saved(self._replicate_state)
         out["num_bootstrap"] = replicates.shape[0] if isinstance(replicates, Tensor) and replicates.ndim else 0
         return out
@@ -588,8 +590,12 @@ class MultilabelTieReport(TaggedMetric):
         self.add_state("tied_label_count", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("precision_sum", torch.zeros(len(TIE_SUM_RULES), dtype=torch.float64), dist_reduce_fx="sum")
 
-    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
-        return legacy_tag(saved, None)
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
+        # Earlier tags held a tie rule here too, which the report (every rule at once) does not compare.
+        out = legacy_tag(saved, TIES)
+        if out is not None:
+            del out["ties"]
+        return out
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         """Add a batch: ``preds`` floating scores and ``target`` 0/1 labels, both ``(N, C)`` or ``(N, C, ...)``.

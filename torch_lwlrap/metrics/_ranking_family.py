@@ -81,8 +81,10 @@ class _RankingMetric(TaggedMetric):
         """The options of ``spec`` beside its tie rule (each class has its own)."""
         return ()
 
-    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
         out = legacy_tag(saved, RANK_TIES)
+        if out is None:
+            return None
         lwlrap = saved("lwlrap_precision_sum")
         if isinstance(lwlrap, Tensor) and lwlrap.ndim == 1:
             out["num_labels"] = lwlrap.shape[0]
@@ -242,9 +244,10 @@ class MultilabelRetrievalAtK(_RankingMetric):
     def _spec_options(self, spec: RankingSpec):
         return ints_option("k", spec.ks), names_option("metrics", spec.retrieval, RETRIEVAL_METRICS)
 
-    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
         out = super()._legacy_options(saved)
-        out.update(_legacy_retrieval(saved, "metrics"))
+        if out is not None:
+            out.update(_legacy_retrieval(saved, "metrics"))
         return out
 
     def __init__(
@@ -347,10 +350,10 @@ class MultilabelRankingMetrics(_RankingMetric):
             names_option("retrieval_metrics", spec.retrieval, RETRIEVAL_METRICS),
         )
 
-    def _legacy_options(self, saved: Callable[[str], Any]) -> Dict[str, Any]:
+    def _legacy_options(self, saved: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
         out = super()._legacy_options(saved)
         chosen = saved("ranking_metrics_tag")
-        if isinstance(chosen, Tensor) and chosen.shape == (len(RANKING_METRICS),):
+        if out is not None and isinstance(chosen, Tensor) and chosen.shape == (len(RANKING_METRICS),):
             out["metrics"] = tuple(name for name, on in zip(RANKING_METRICS, chosen.tolist()) if on)
             if "retrieval" in out["metrics"]:
                 out.update(_legacy_retrieval(saved, "retrieval_metrics"))

@@ -169,17 +169,18 @@ def _describe(values: Dict[str, Any]) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in values.items())
 
 
-def legacy_tag(saved: Callable[[str], Any], ties: Optional[Sequence[str]]) -> Dict[str, Any]:
-    """The options in the tag of earlier versions, ``[tie rule, has ignore_index, ignore_index(, num_labels)]``
-    (``ties`` None: the metric has no tie option)."""
+def legacy_tag(saved: Callable[[str], Any], ties: Sequence[str]) -> Optional[Dict[str, Any]]:
+    """The options in the tag of earlier versions, ``[tie rule, has ignore_index, ignore_index(, num_labels)]``,
+    the rule an index into ``ties``; None for a tag no earlier version wrote (another length, a flag other than 0
+    or 1, an ignore_index beside a flag saying there is none, a tie rule or a label count out of range)."""
     tag = saved("options_tag")
     if not isinstance(tag, Tensor) or tag.ndim != 1 or len(tag) not in (3, 4):
-        return {}
+        return None
     values = tag.tolist()
-    out: Dict[str, Any] = {}
-    if ties is not None and 0 <= values[0] < len(ties):
-        out["ties"] = ties[values[0]]
-    out["ignore_index"] = values[2] if values[1] else None
+    if (not 0 <= values[0] < len(ties) or values[1] not in (0, 1) or (values[1] == 0 and values[2] != 0)
+            or (len(values) == 4 and values[3] < 1)):
+        return None
+    out: Dict[str, Any] = {"ties": ties[values[0]], "ignore_index": values[2] if values[1] else None}
     if len(values) == 4:
         out["num_labels"] = values[3]
     return out
