@@ -410,6 +410,24 @@ def test_tie_causes_of_scores_that_are_all_infinite_blame_no_rounding():
     assert tie_causes(np.array([[np.inf, 2.0, 2.0]]), np.array([[0, 1, 0]]))["score_decimals"] == 0
 
 
+def test_tie_block_on_probabilities_written_with_one_significant_digit_names_the_digits(tmp_path):
+    # float_format="%.1e" of probabilities above 1e-5: at most 6 decimals, so the block had said "none has more than
+    # 6 decimals" (true, but not why they collide); the 2 significant digits are the cause.
+    fnames, _, target = arrays(12, num_rows=200)
+    logits = np.random.default_rng(12).standard_normal(target.shape) * 2 + 2 * target
+    probabilities = np.clip(1 / (1 + np.exp(-logits)), 1e-4, None)
+    wide_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, probabilities).to_csv(tmp_path / "e1.csv", index=False, float_format="%.1e")
+    written = pd.read_csv(tmp_path / "e1.csv").set_index("fname").loc[fnames, CLASSES].to_numpy()
+    decimals = next(d for d in range(7) if np.array_equal(np.round(written, d), written))  # from the formula
+    assert decimals > 2
+    result = cli_json("score", tmp_path / "truth.csv", tmp_path / "e1.csv")
+    assert (result["ties"]["score_decimals"], result["ties"]["score_significant_digits"]) == (decimals, 2)
+    assert result["lwlrap"] == pytest.approx(naive_lwlrap(written, target, "max"), abs=1e-12)
+    code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "e1.csv")
+    assert "cause        the scores are rounded: none has more than 2 significant digits, so nearby" in out, out
+
+
 def test_tie_block_on_scores_rounded_to_significant_digits_advises_every_digit(tmp_path):
     # Sigmoid outputs written with float_format="%.2e" (or "%g"): small probabilities have many decimals, so the
     # decimals test saw no rounding, and the block blamed "neither rounded nor saturated".

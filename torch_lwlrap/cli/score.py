@@ -172,8 +172,9 @@ def _significant_digits(finite: np.ndarray) -> Optional[int]:
 
 def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     """What the tied scores show: how many tied positive labels are scored exactly 0 or 1 while every score is a
-    probability (saturated), and the fewest decimals every score is written with (rounded), None beyond 6; where
-    there are more, the fewest significant digits (``%.2e``, ``%g``), None beyond 6.
+    probability (saturated), and the fewest decimals every score is written with (rounded), None beyond 6; and the
+    fewest significant digits (``%.2e``, ``%g``) where those are fewer than the decimals or the decimals are beyond
+    6 (``%.1e`` of probabilities above 1e-5 has at most 6 decimals, but 2 digits tell how coarse it is), else None.
 
     Unknown labels (:data:`UNKNOWN_TARGET`) are not ranked, so they tie nothing.
 
@@ -199,7 +200,9 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     decimals = next(
         (d for d in range(_MAX_ROUNDED_DECIMALS + 1) if np.array_equal(np.round(finite, d), finite)), None
     ) if finite.size else None  # no finite score (every one +-inf): nothing was rounded
-    digits = _significant_digits(finite) if decimals is None else None
+    digits = _significant_digits(finite) if finite.size else None
+    if digits is not None and decimals is not None and digits >= decimals:
+        digits = None  # the decimals say it as well
     return {"saturated_tied_label_count": saturated, "score_decimals": decimals, "score_significant_digits": digits}
 
 
@@ -226,7 +229,7 @@ def tie_section(score: Score) -> list:
     digits = report.get("score_significant_digits")
     saturated = report.get("saturated_tied_label_count", 0)
     if decimals is not None or digits is not None:
-        if decimals is not None:
+        if digits is None:
             places = "1 decimal" if decimals == 1 else f"{decimals} decimals"
             rounded = "whole numbers" if decimals == 0 else f"rounded: none has more than {places}"
         else:
