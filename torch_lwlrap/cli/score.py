@@ -288,8 +288,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         action="store_true",
         help='print one JSON object and nothing else: "lwlrap", "lrap", "num_samples", "num_labels", "num_classes", '
         '"num_unknown", "rows_without_label", "per_class", "classes_without_positive", "metadata_columns", '
-        '"selection", "vocabulary", "options", and "ties" when positives are tied, "ci" with --ci (README.md lists '
-        "their fields)",
+        '"selection", "vocabulary", "options", and "ties" when positives are tied, "ci" with --ci (the README\'s Command line section, '
+        "also the package's description: `python -c \"import importlib.metadata as m; print(m.metadata('torch_lwlrap')"
+        "['Description'])\"`, lists their fields)",
     )
     parser.add_argument(
         "--plot",
