@@ -1342,3 +1342,17 @@ def test_lightning_resumes_persistent_training_sums_mid_epoch_bit_identically(tm
     plain, messages = fit(Module(), plain_loader(), "plain", ckpt_path=tmp_path / "plain" / "epoch=0-step=2.ckpt")
     assert any("not resumable" in message for message in messages), messages  # Lightning's warning, as written
     assert plain != value  # batches 0-1 counted twice, 2-3 never: the README's case for a stateful loader
+
+
+def test_a_module_made_on_meta_and_cast_keeps_float64_sums_when_materialized():
+    # model.to(torch.bfloat16) before to_empty (a bf16-true run built on meta): the sums stay float64 there too, so
+    # updates after materializing add exactly.
+    with torch.device("meta"):
+        module = _MetaBuilt()
+    module.to(torch.bfloat16).to_empty(device="cpu")
+    assert module.head.weight.dtype == torch.bfloat16
+    assert module.val_lwlrap.precision_sum.dtype == torch.float64 and module.val_loss.ranking_loss_sum.dtype == torch.float64
+    assert module.val_lwlrap._defaults["precision_sum"].dtype == torch.float64
+    preds, target = _batches(C, 1, ignore=True)[0]
+    module.val_lwlrap.update(preds, target)
+    assert module.val_lwlrap.compute().item() == pytest.approx(naive_lwlrap(preds, target, "index", -1), rel=1e-12)

@@ -200,7 +200,8 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     decimals = next(
         (d for d in range(_MAX_ROUNDED_DECIMALS + 1) if np.array_equal(np.round(finite, d), finite)), None
     ) if finite.size else None  # no finite score (every one +-inf): nothing was rounded
-    digits = _significant_digits(finite) if finite.size else None
+    # Digits can say more than the decimals only where there are more than one (or none within 6).
+    digits = _significant_digits(finite) if finite.size and (decimals is None or decimals > 1) else None
     if digits is not None and decimals is not None and digits >= decimals:
         digits = None  # the decimals say it as well
     return {"saturated_tied_label_count": saturated, "score_decimals": decimals, "score_significant_digits": digits}
@@ -288,9 +289,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         action="store_true",
         help='print one JSON object and nothing else: "lwlrap", "lrap", "num_samples", "num_labels", "num_classes", '
         '"num_unknown", "rows_without_label", "per_class", "classes_without_positive", "metadata_columns", '
-        '"selection", "vocabulary", "options", and "ties" when positives are tied, "ci" with --ci (the README\'s Command line section, '
-        "also the package's description: `python -c \"import importlib.metadata as m; print(m.metadata('torch_lwlrap')"
-        "['Description'])\"`, lists their fields)",
+        '"selection", "vocabulary", "options", and "ties" when positives are tied, "ci" with --ci (the README\'s '
+        "Command line section, also the package's description: `python -c \"import importlib.metadata as m; "
+        "print(m.metadata('torch_lwlrap')['Description'])\"`, lists their fields)",
     )
     parser.add_argument(
         "--plot",

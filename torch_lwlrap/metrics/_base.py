@@ -346,11 +346,12 @@ class TaggedMetric(Metric):
             if maker is None:
                 return "was made by another metric class (not one of this version's)", {}
             return f"was made by {maker}: {action} it into a {maker}", {}
+        unknown = "was made by another metric class or with other options (an unknown options_tag)" + fix
         theirs = _decoded(tag, self._options)
         if theirs is not None:
             differ = [name for name, value in theirs.items() if value != ours[name]]
         elif isinstance(tag, Tensor) and tag.ndim == 1 and tag.tolist()[:1] in ([TAG_LAYOUT], [PREVIOUS_LAYOUT]):
-            return "was made by another metric class or with other options (an unknown options_tag)" + fix, {}
+            return unknown, {}
         elif cast:  # no layout of this version's or the previous one's: the cast rounded it, or it is no tag
             return _cast_tag_refusal(saved("options_tag")), {}
         else:
@@ -359,7 +360,7 @@ class TaggedMetric(Metric):
                 return refusal, {}
             theirs = self._legacy_options(saved)
             if theirs is None:
-                return "was made by another metric class or with other options (an unknown options_tag)" + fix, {}
+                return unknown, {}
             differ = [name for name, value in theirs.items() if name in ours and value != ours[name]]
         adopted = {name: theirs[name] for name in differ if self._adoptable(name, theirs[name])}
         differ = [name for name in differ if name not in adopted]
@@ -558,20 +559,18 @@ def _apply_keeping_dtypes(metric: Metric, fn: Callable, exclude_state: Sequence[
     checkpoint was made with.
     """
     extra = (exclude_state,) if exclude_state else ()
-    if metric.options_tag.device.type == "meta":  # shapes only: no state holds data to keep
-        this = Metric._apply(metric, fn, *extra)
-        if this.options_tag.device.type != "meta":  # materialized (``to_empty``): a new metric's states
-            _fresh_states(this)
-        return this
+    on_meta = metric.options_tag.device.type == "meta"
     saved = {name: (getattr(metric, name), metric._defaults[name]) for name in names if name not in exclude_state}
     results = {name: getattr(metric, name, None) for name in ("_computed", "_forward_cache")}
     this = Metric._apply(metric, fn, *extra)
     for name, (value, default) in saved.items():  # the states as they were, on the device fn moved them to
-        setattr(this, name, value.to(getattr(this, name).device))
-        this._defaults[name] = default.to(this._defaults[name].device)
+        setattr(this, name, _moved(value, getattr(this, name).device))
+        this._defaults[name] = _moved(default, this._defaults[name].device)
     for name, value in results.items():
         if value is not None:
             setattr(this, name, _moved(value, this.device))
+    if on_meta and this.options_tag.device.type != "meta":  # materialized (``to_empty``): a new metric's states
+        _fresh_states(this)
     return this
 
 
@@ -588,9 +587,10 @@ def _fresh_states(metric: "TaggedMetric") -> None:
 
 
 def _moved(value: Any, device: torch.device) -> Any:
-    """``value`` (a tensor, or a dict, list or tuple of them) on ``device``, each tensor in its own dtype."""
+    """``value`` (a tensor, or a dict, list or tuple of them) on ``device``, each tensor in its own dtype (from the
+    meta device, memory without data: :func:`_fresh_states` fills the states)."""
     if isinstance(value, Tensor):
-        return value.to(device)
+        return torch.empty_like(value, device=device) if value.is_meta and device.type != "meta" else value.to(device)
     if isinstance(value, dict):
         return {key: _moved(item, device) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
