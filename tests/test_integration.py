@@ -390,6 +390,51 @@ def test_plot_per_class_bars(tmp_path):
         plt.close(fig)
 
 
+def test_plot_per_class_of_527_classes_is_split_into_panels(tmp_path):
+    """The challenge's 527 classes had been one column 0.3 inch a bar (about 16,000 pixels high): the metric's plot
+    splits them into side-by-side panels of at most 110 bars, the classes in order, each bar its class's score."""
+    num_labels = 527
+    names = [f"tag_{j}" for j in range(num_labels)]
+    gen = torch.Generator().manual_seed(5)
+    preds = torch.randn(300, num_labels, generator=gen, requires_grad=True)
+    target = (torch.rand(300, num_labels, generator=gen) < 0.01).long()
+    target[:, 7] = 0  # a class without positive
+    metric = MultilabelLWLRAP(num_labels, average="none")
+    metric.update(preds, target)  # as a training step does, on logits that carry gradients
+    per_class, weights, _ = naive_lwlrap_per_class(preds.detach(), target)
+    fig, axes = metric.plot(class_names=names)
+    try:
+        assert isinstance(axes, list) and len(axes) == 5 and fig.axes == axes
+        assert all(len(ax.patches) <= 110 for ax in axes)
+        assert sum((_tick_labels(ax) for ax in axes), []) == names
+        expected = [0.0 if math.isnan(v) else v for v in per_class]
+        assert sum((_bars(ax) for ax in axes), []) == pytest.approx(expected, abs=1e-12)
+        texts = sum(([text.get_text() for text in ax.texts] for ax in axes), [])
+        assert texts[7] == "no positive" and texts[0] == f"{per_class[0]:.3f}  (w={weights[0]:.3f})"
+        assert fig._suptitle.get_text() == "MultilabelLWLRAP"
+        width, height = fig.get_size_inches() * 100
+        assert width < 4000 and height < 2500, (width, height)
+        _save_png(fig, tmp_path / "many.png")
+    finally:
+        plt.close(fig)
+    # sorted, worst first across the panels; into a given axes: one column, as asked
+    fig, axes = plot_per_class(per_class_tensor := torch.tensor(per_class, dtype=torch.float64), sort=True, class_names=names)
+    try:
+        heights = sum((_bars(ax) for ax in axes), [])
+        ranked = sorted(v for v in per_class if not math.isnan(v))
+        assert len(heights) == num_labels and heights[: len(ranked)] == pytest.approx(ranked, abs=1e-12)
+        assert heights[len(ranked):] == [0.0] * (num_labels - len(ranked))  # classes without positive last
+        assert "tag_7" in sum((_tick_labels(ax) for ax in axes), [])[len(ranked):]
+    finally:
+        plt.close(fig)
+    fig, ax = plt.subplots()
+    try:
+        out_fig, out_ax = plot_per_class(per_class_tensor, ax=ax)
+        assert out_ax is ax and len(ax.patches) == num_labels
+    finally:
+        plt.close(fig)
+
+
 def test_plot_of_a_value_kept_from_before_a_reset_shows_no_weights_of_the_new_state():
     # torchmetrics' loop plots a stored value after reset(): its bars had been labelled with the weights of the
     # metric's current state (w=0.000 after the reset, others after a later update), not of the value's data.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -37,18 +37,20 @@ def plot_per_class(
 ) -> Tuple[Any, Any]:
     """Horizontal bars of per-class lwlrap, annotated with each class's label weight.
 
-    Classes without a positive label (NaN) are drawn as empty rows marked "no positive".
+    Classes without a positive label (NaN) are drawn as empty rows marked "no positive". Without ``ax``, more than
+    :data:`BARS_PER_PANEL` (110) classes are split into side-by-side panels under one title, so that 527 classes make
+    a chart of about 3,300 x 1,800 pixels rather than one column 16,000 pixels high.
 
     Args:
         per_class: ``(C,)`` per-class lwlrap.
         weights: ``(C,)`` label weights (share of all positive labels), shown beside each bar.
         class_names: ``C`` names; defaults to ``"Class 0"``, ...
-        ax: matplotlib axes to draw into; a new figure when None.
+        ax: matplotlib axes to draw into (all classes, in one column); a new figure when None.
         title: axes title.
         sort: order the bars worst first (from the top).
 
     Returns:
-        ``(fig, ax)``.
+        ``(fig, ax)``; with several panels, ``ax`` is the list of their axes, left to right.
 
     Example:
         >>> import torch
@@ -75,30 +77,74 @@ def plot_per_class(
         # (rounded: classes equal up to float64 rounding keep their order)
         order.sort(key=lambda i: (float("inf") if torch.isnan(values[i]) else round(float(values[i]), 12)))
 
-    if ax is None:
+    chunks = panel_slices(len(order)) if ax is None else [slice(0, len(order))]
+    if ax is None and len(chunks) > 1:
+        rows = math.ceil(len(order) / len(chunks))
+        fig, grid = plt.subplots(1, len(chunks), figsize=(6.5 * len(chunks), 0.16 * rows + 1.2), squeeze=False)
+        axes = list(grid[0])
+        if title:
+            fig.suptitle(title)
+    elif ax is None:
         fig, ax = plt.subplots(figsize=(7, max(2.0, 0.3 * num_classes + 1)))
+        axes = [ax]
     else:
-        fig = ax.get_figure()
+        fig, axes = ax.get_figure(), [ax]
+    for panel, chunk in zip(axes, chunks):
+        _draw_bars(panel, values, weight_values, names, order[chunk], small=len(axes) > 1)
+    if len(axes) == 1 and title:
+        axes[0].set_title(title)
+    layout_below_title(fig)
+    return fig, (axes[0] if len(axes) == 1 else axes)
+
+
+def _draw_bars(ax: Any, values: Tensor, weights: Optional[Tensor], names: Sequence[str], order: Sequence[int],
+               *, small: bool) -> None:
+    """The bars of the classes ``order`` (top to bottom) on ``ax``, each labelled with its value and weight."""
     heights = [0.0 if torch.isnan(values[i]) else float(values[i]) for i in order]
     positions = range(len(order))
     ax.barh(positions, heights, color="tab:blue")
     ax.set_yticks(list(positions))
-    ax.set_yticklabels([names[i] for i in order])
-    ax.set_xlim(0.0, 1.15 if weight_values is not None else 1.0)
+    ax.set_yticklabels([names[i] for i in order], fontsize=8 if small else None)
+    ax.set_xlim(0.0, 1.15 if weights is not None else 1.0)
     ax.set_xlabel("lwlrap")
     for y, i in zip(positions, order):
         if torch.isnan(values[i]):
             label = "no positive"
-        elif weight_values is not None:
-            label = f"{float(values[i]):.3f}  (w={float(weight_values[i]):.3f})"
+        elif weights is not None:
+            label = f"{float(values[i]):.3f}  (w={float(weights[i]):.3f})"
         else:
             label = f"{float(values[i]):.3f}"
         ax.text(min(heights[y], 1.0) + 0.01, y, label, va="center", fontsize=8)
-    if title:
-        ax.set_title(title)
-    ax.invert_yaxis()
+    ax.set_ylim(len(order) - 0.5, -0.5)  # the first class on top, no blank margin above it or below the last
+
+
+# Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527
+# classes is about 3,300 x 1,800 pixels rather than one column 16,000 pixels high.
+BARS_PER_PANEL = 110
+
+
+def panel_slices(count: int) -> List[slice]:
+    """How ``count`` bars are split into side-by-side panels of at most :data:`BARS_PER_PANEL`, as even as can be."""
+    panels = max(1, math.ceil(count / BARS_PER_PANEL))
+    return [slice(panel * count // panels, (panel + 1) * count // panels) for panel in range(panels)]
+
+
+def layout_below_title(fig: Any) -> None:
+    """``fig.tight_layout()`` with the axes kept below the figure's title (``suptitle``), measured as drawn: some
+    versions of matplotlib lay out the axes without it, so that its lines fell over the top bar's label."""
     fig.tight_layout()
-    return fig, ax
+    title = getattr(fig, "_suptitle", None)
+    if title is None or not title.get_text():
+        return
+    renderer = fig.canvas.get_renderer()
+    title_bottom = fig.transFigure.inverted().transform(title.get_window_extent(renderer))[0, 1]
+    top = max(
+        fig.transFigure.inverted().transform(ax.get_tightbbox(renderer))[1, 1] for ax in fig.axes
+    )
+    gap = 6 / 72 / fig.get_figheight()  # 6 points
+    overlap = top - (title_bottom - gap)
+    if overlap > 0:  # the axes (their labels included) reach into the title: move their tops down below it
+        fig.subplots_adjust(top=fig.subplotpars.top - overlap)
 
 
 def plot_values(
@@ -117,7 +163,7 @@ def plot_values(
 
     Args:
         values: ``{name: scalar tensor}``, drawn top to bottom in the dict's order.
-        ax: matplotlib axes to draw into; a new figure when None.
+        ax: matplotlib axes to draw into (all classes, in one column); a new figure when None.
         title: axes title.
         span: two names in ``values`` whose values bound a range to shade behind the bars (the tie report's
             worst and best orders).

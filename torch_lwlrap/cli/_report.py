@@ -461,17 +461,12 @@ def check_plot_target(path: str) -> str:
     return path
 
 
-# Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527
-# classes is about 3,300 x 1,800 pixels rather than one column 16,000 pixels high.
-BARS_PER_PANEL = 110
-
-
 def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
     """Write the per-class bar chart, worst first (the classes of :meth:`Score.ranked`), to ``path`` (needs
     matplotlib); :class:`CsvFormatError` if it cannot be written."""
     import torch
 
-    from torch_lwlrap.plot import _pyplot, plot_per_class
+    from torch_lwlrap.plot import _pyplot, layout_below_title, panel_slices, plot_per_class
 
     plt = _pyplot()
     order = score.ranked(top)
@@ -481,30 +476,18 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
         which = "worst" if top > 0 else "best"
         scored = len(score.classes) - len(score.without_positive())
         title = f"per-class lwlrap: the {len(order)} {which} of {scored} classes\n(overall lwlrap {score.lwlrap:.4f})"
-    panels = max(1, math.ceil(len(order) / BARS_PER_PANEL))
-    if panels == 1:
-        fig, axes = None, [None]
-    else:
-        rows = math.ceil(len(order) / panels)
-        fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 0.16 * rows + 1.2), squeeze=False)
-        axes = list(axes[0])
-        fig.suptitle(title)
+    fig = None
     try:
-        for panel, ax in enumerate(axes):
-            chosen = order[panel * len(order) // panels : (panel + 1) * len(order) // panels]
-            fig, ax = plot_per_class(
-                torch.tensor([score.per_class[i] for i in chosen], dtype=torch.float64),
-                torch.tensor([score.weights[i] for i in chosen], dtype=torch.float64),
-                class_names=[score.classes[i] for i in chosen],
-                ax=ax,
-                title=title if panels == 1 else None,
-            )
-            if score.extra.get("ci"):
-                _draw_intervals(ax, score, chosen)
-            ax.set_ylim(len(chosen) - 0.5, -0.5)  # no blank margin above the first bar and below the last
-            if panels > 1:
-                ax.tick_params(axis="y", labelsize=8)
-        layout_below_title(fig)
+        fig, axes = plot_per_class(
+            torch.tensor([score.per_class[i] for i in order], dtype=torch.float64),
+            torch.tensor([score.weights[i] for i in order], dtype=torch.float64),
+            class_names=[score.classes[i] for i in order],
+            title=title,
+        )
+        if score.extra.get("ci"):
+            for ax, chunk in zip(axes if isinstance(axes, list) else [axes], panel_slices(len(order))):
+                _draw_intervals(ax, score, order[chunk])
+            layout_below_title(fig)  # the intervals' axis label is longer
         fig.savefig(path, dpi=100)
     except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: a writer's missing tool (LaTeX for .pgf)
         message = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
@@ -512,24 +495,6 @@ def write_plot(score: Score, path: str, *, top: Optional[int] = None) -> None:
     finally:
         if fig is not None:
             plt.close(fig)
-
-
-def layout_below_title(fig) -> None:
-    """``fig.tight_layout()`` with the axes kept below the figure's title (``suptitle``), measured as drawn: some
-    versions of matplotlib lay out the axes without it, so that its lines fell over the top bar's label."""
-    fig.tight_layout()
-    title = getattr(fig, "_suptitle", None)
-    if title is None or not title.get_text():
-        return
-    renderer = fig.canvas.get_renderer()
-    title_bottom = fig.transFigure.inverted().transform(title.get_window_extent(renderer))[0, 1]
-    top = max(
-        fig.transFigure.inverted().transform(ax.get_tightbbox(renderer))[1, 1] for ax in fig.axes
-    )
-    gap = 6 / 72 / fig.get_figheight()  # 6 points
-    overlap = top - (title_bottom - gap)
-    if overlap > 0:  # the axes (their labels included) reach into the title: move their tops down below it
-        fig.subplots_adjust(top=fig.subplotpars.top - overlap)
 
 
 def _draw_intervals(ax, score: Score, chosen: Sequence[int]) -> None:

@@ -17,11 +17,9 @@ import numpy as np
 from torch_lwlrap.cli._files import CommandError, file_name
 from torch_lwlrap.cli._inputs import Inputs, add_input_options, input_options, read_inputs
 from torch_lwlrap.cli._report import (
-    BARS_PER_PANEL,
     check_bootstrap_args,
     check_plot_target,
     labels_summary,
-    layout_below_title,
     level_name,
     no_interval_reason,
     print_output,
@@ -284,19 +282,20 @@ def plot_title(result: Dict) -> str:
 def write_plot(result: Dict, path: str) -> None:
     """Per-class differences A - B with their intervals, largest first (needs matplotlib); many classes are split
     into side-by-side panels, as ``score``'s chart is."""
-    from torch_lwlrap.plot import _pyplot
+    from torch_lwlrap.plot import _pyplot, layout_below_title, panel_slices
 
     plt = _pyplot()
     rows = [(name, c) for name, c in result["per_class"].items() if c["difference"] is not None]
     rows.sort(key=lambda item: -item[1]["difference"])
-    panels = max(1, math.ceil(len(rows) / BARS_PER_PANEL))
+    chunks = panel_slices(len(rows))
+    panels = len(chunks)
     per_panel = max(1, math.ceil(len(rows) / panels))
     level = level_name(result["level"])
     height = 1.6 + (0.3 if panels == 1 else 0.16) * per_panel
     fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, height), squeeze=False)
     try:
-        for panel, ax in enumerate(axes[0]):
-            chosen = rows[panel * len(rows) // panels : (panel + 1) * len(rows) // panels]
+        for ax, chunk in zip(axes[0], chunks):
+            chosen = rows[chunk]
             diff = np.array([c["difference"] for _, c in chosen])
             ax.barh(range(len(chosen)), diff, color=["tab:blue" if d >= 0 else "tab:orange" for d in diff])
             bars = [(y, c["interval"]) for y, (_, c) in enumerate(chosen) if c["interval"] is not None]

@@ -396,10 +396,12 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         (``average="none"``) is drawn as horizontal bars of per-class lwlrap labelled with the optional
         ``class_names`` and, for the default value, with the accumulated label weights (a ``val`` passed in, say one
         kept from before a ``reset()``, is drawn without them: the metric's state need not be the one behind it).
-        Needs matplotlib (``pip install matplotlib``, the ``plot`` extra).
+        Without ``ax``, more than 110 classes are split into side-by-side panels (as
+        :func:`~torch_lwlrap.plot.plot_per_class` does). Needs matplotlib (``pip install matplotlib``, the ``plot``
+        extra).
 
         Returns:
-            ``(fig, ax)``.
+            ``(fig, ax)``; with several panels, ``ax`` is the list of their axes.
 
         Example:
             >>> import torch
