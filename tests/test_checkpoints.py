@@ -1258,6 +1258,29 @@ def test_a_module_made_on_meta_and_materialized_with_to_empty_holds_new_metrics(
                                                    if k.startswith("val_lwlrap.")}, strict=False)
 
 
+@pytest.mark.parametrize("make, second", [
+    (lambda: MultilabelLWLRAP(C), "target"),
+    (lambda: MultilabelRankingLoss(C), "target"),
+    (lambda: MultilabelNDCG(C, k=2), "relevance"),
+    (lambda: MultilabelKendallDistanceAtK(C, 2), "scores"),
+])
+def test_value_checks_on_meta_say_how_to_follow_shapes_there(make, second):
+    # The value checks had failed on meta with torch's bare "Tensor.item() cannot be called on meta tensors".
+    with torch.device("meta"):
+        metric = make()
+    preds = torch.randn(4, C, device="meta")
+    other = {"target": torch.randint(0, 2, (4, C), device="meta"), "relevance": torch.rand(4, C, device="meta"),
+             "scores": torch.randn(4, C, device="meta")}[second]
+    with pytest.raises(ValueError, match=r"meta. device have shapes without values: pass .validate_args=False."):
+        metric.update(preds, other)
+    assert not metric.update_called  # a refused batch is not counted
+    metric.validate_args = False  # as the message says: shapes only
+    metric.update(preds, other)
+    assert metric.update_called and all(getattr(metric, name).device.type == "meta" for name in metric._defaults)
+    with pytest.raises(ValueError, match="validate_args=False"):
+        multilabel_lwlrap(preds, torch.randint(0, 2, (4, C), device="meta"))
+
+
 class _ResumableBatches:
     """A loader Lightning can resume mid-epoch: it has ``state_dict`` and ``load_state_dict`` (as torchdata's
     ``StatefulDataLoader``), the position of its next batch."""

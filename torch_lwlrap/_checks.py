@@ -200,6 +200,22 @@ def _target_is_bad(
     return nonzero != expected
 
 
+def _any_set(flag: Tensor) -> bool:
+    """A 0-dim bool of the value checks read on the host (their one sync); on the ``meta`` device, which holds shapes
+    without values, an error that says how to follow shapes there."""
+    try:
+        return bool(flag.item())
+    except RuntimeError:
+        if flag.device.type != "meta":
+            raise
+        raise ValueError(
+            "The value checks (`validate_args=True`) read the scores and targets, but tensors on the `meta` device "
+            "have shapes without values: pass `validate_args=False` (to the metric's constructor, or to the "
+            "function) to follow shapes on `meta`, or move the metric and its inputs to a real device "
+            "(`module.to_empty(device=...)`)."
+        ) from None
+
+
 def _check_values(
     preds: Tensor,
     target: Tensor,
@@ -229,7 +245,7 @@ def _check_values(
     if not bad_on_host:
         if not flags:
             return
-        if not (flags[0] if len(flags) == 1 else torch.stack(flags).any()).item():  # the one sync
+        if not _any_set(flags[0] if len(flags) == 1 else torch.stack(flags).any()):  # the one sync
             return
     if check_scores and torch.isnan(preds).any():
         raise nan_scores_error(preds)
@@ -500,7 +516,7 @@ def check_pair(
     _check_same(names, first, second, num_labels)
     if validate_args and not nan_later and first.numel():
         flags = torch.stack([torch.isnan(torch.aminmax(first)[0]), torch.isnan(torch.aminmax(second)[0])])
-        if flags.any().item():  # the one sync
+        if _any_set(flags.any()):  # the one sync
             raise pair_nan_error(first, second, names)
     return first, second
 
@@ -551,7 +567,7 @@ def check_graded(
         flags.append(_bad_relevance(relevance, ignore_index, gain).any())
     if sample_weight is not None and sample_weight.numel():
         flags.append(~torch.isfinite(sample_weight).all() | (sample_weight < 0).any())
-    if not flags or not torch.stack(flags).any().item():  # the one sync
+    if not flags or not _any_set(torch.stack(flags).any()):  # the one sync
         return preds, relevance, sample_weight
     if torch.isnan(preds).any():
         raise _nan_error("preds", preds)
