@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import tempfile
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import lightning as L
@@ -265,6 +266,9 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     if args.quiet:
         logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
         logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+        # Lightning's own use of an API that newer torch deprecates: nothing this script, or its user, can change
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
     L.seed_everything(args.seed, verbose=not args.quiet)
     model = Tagger(num_train=args.num_train, num_val=args.num_val, batch_size=args.batch_size, seed=args.seed)
     recorder = EpochRecorder(keep_predictions=args.out is not None)
