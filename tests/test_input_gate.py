@@ -217,10 +217,26 @@ def test_a_forward_that_does_not_fit_update_names_the_metric_and_its_arguments()
     y = (torch.rand(4, 5) < 0.5).long()
     with pytest.raises(TypeError, match=r"^MultilabelRankCorrelation: `metric\(\.\.\.\)` takes the arguments of "
                                         r"`metric.update\(preds, reference\)`, but this call does not fit them \(it "
-                                        r"names `target`, which `update` does not take\)\.$"):
+                                        r"names `target`, which `update` does not take\)\. Its second argument "
+                                        r"is `reference`, not torchmetrics' `target`: pass the batch by position"):
         torch_lwlrap.MultilabelRankCorrelation(5)(a, target=b)
+    # update itself, as a Lightning step writes it: the same message (it had been Python's bare "missing 1 required
+    # positional argument: 'preds_b'"), and nothing counted
+    metric = torch_lwlrap.MultilabelKendallDistanceAtK(5, 2)
+    with pytest.raises(TypeError, match=r"^MultilabelKendallDistanceAtK: `metric.update\(\.\.\.\)` takes "
+                                        r"`metric.update\(preds_a, preds_b\)`, but this call does not fit them \(it "
+                                        r"names `target`, which `update` does not take\)\. Its second argument is "
+                                        r"`preds_b`"):
+        metric.update(a, target=b)
+    assert not metric.update_called
+    with pytest.raises(TypeError, match=r"^MultilabelLWLRAP: `metric.update\(\.\.\.\)` takes `metric.update\("
+                                        r"preds, target\)`, but this call does not fit them \(too many positional "
+                                        r"arguments\)\.$"):
+        torch_lwlrap.MultilabelLWLRAP(5).update(a, y, y)
+    with pytest.raises(TypeError, match=r"must be a floating point tensor of scores"):  # the gate's own TypeError
+        torch_lwlrap.MultilabelLWLRAP(5).update(y, y)
     with pytest.raises(TypeError, match=r"^MultilabelKendallDistanceAtK: .*`metric.update\(preds_a, preds_b\)`.*"
-                                        r"\(missing a required argument: 'preds_b'\)\.$"):
+                                        r"\(missing a required argument: 'preds_b'\)\. Its second argument is `preds_b`"):
         torch_lwlrap.MultilabelKendallDistanceAtK(5, 2)(a)
     collection = MetricCollection({"lwlrap": torch_lwlrap.MultilabelLWLRAP(5), "ndcg": torch_lwlrap.MultilabelNDCG(5)})
     with pytest.raises(TypeError, match=r"^MultilabelNDCG: .*`metric.update\(preds, relevance, "

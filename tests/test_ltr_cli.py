@@ -44,6 +44,27 @@ def test_agreement_is_one_line_and_a_json_field(files, capsys):
     assert result["difference"] == pytest.approx(result["lwlrap_a"] - result["lwlrap_b"])
 
 
+def test_swapping_a_and_b_keeps_the_agreement_where_their_column_orders_differ(tmp_path, capsys):
+    # Ties at the K-th place had been broken by A's column order: with B's columns in another order, `compare T A B`
+    # and `compare T B A` gave 0.5 and 0.0. Where the orders differ, the sorted class names break them.
+    import torch
+
+    (tmp_path / "t.csv").write_text("fname,labels\nx.wav,a\ny.wav,b\n")
+    (tmp_path / "a.csv").write_text("fname,b,a,c\nx.wav,1,1,0\ny.wav,0.2,0.7,0.7\n")
+    (tmp_path / "b.csv").write_text("fname,c,b,a\nx.wav,0.1,0.7,0.5\ny.wav,0.3,0.3,0.9\n")
+    a = torch.tensor([[1, 1, 0], [0.7, 0.2, 0.7]], dtype=torch.float64)  # columns a, b, c (sorted names)
+    b = torch.tensor([[0.5, 0.7, 0.1], [0.9, 0.3, 0.3]], dtype=torch.float64)
+    got = {}
+    for k in (1, 2, 3):
+        for first, second in (("a", "b"), ("b", "a")):
+            assert main(["compare", str(tmp_path / "t.csv"), str(tmp_path / f"{first}.csv"),
+                         str(tmp_path / f"{second}.csv"), "--bootstrap", "50", "--agreement", str(k), "--json"]) == 0
+            got[k, first] = json.loads(capsys.readouterr().out)["agreement"]["kendall_distance"]
+        assert got[k, "a"] == got[k, "b"] == pytest.approx(naive_distance(a, b, k), abs=1e-12), k
+    # x: A's top 1 is a (tied with b, first by name), B's is b; the pair is tied in A only: 1/2. y: both top 1 are a
+    assert got[1, "a"] == pytest.approx((0.5 + 0.0) / 2)
+
+
 def test_without_agreement_nothing_changes(files, capsys):
     assert main(["compare", *files, "--bootstrap", "50", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

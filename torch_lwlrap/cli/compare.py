@@ -51,8 +51,9 @@ def compare_files(
     ``ties``, ``where``, ``classes_path`` and ``unknown`` mean what they mean for
     :func:`torch_lwlrap.cli.score.score_files`; both submissions must score the same (selected) rows and classes.
     With ``agreement=K``, also the mean Kendall distance at ``K`` between the two submissions' rankings of each
-    row's classes (:func:`torch_lwlrap.multilabel_kendall_distance_at_k`; ties at the K-th place broken by system
-    A's column order).
+    row's classes (:func:`torch_lwlrap.multilabel_kendall_distance_at_k`; ties at the K-th place broken by the
+    files' column order, or by the class names' sorted order where the two files list their classes in different
+    orders, so that swapping A and B never changes it).
 
     Returns:
         A JSON-able dict: both lwlrap values, ``difference`` (A - B) with its ``interval`` and ``p_value``, the
@@ -82,9 +83,13 @@ def compare_files(
 
     agreement_result = None
     if agreement is not None:
-        distance = multilabel_kendall_distance_at_k(
-            torch.from_numpy(inputs.scores[0]), torch.from_numpy(inputs.scores[1]), agreement
-        )
+        scores = [torch.from_numpy(values) for values in inputs.scores]
+        if inputs.predictions[0].classes != inputs.predictions[1].classes:
+            # No one column order to break ties at the K-th place by: the class names' sorted order serves, the same
+            # whichever file is A (swapping A and B never changes the agreement).
+            order = torch.tensor(sorted(range(len(inputs.classes)), key=inputs.classes.__getitem__))
+            scores = [values[:, order] for values in scores]
+        distance = multilabel_kendall_distance_at_k(*scores, agreement)
         agreement_result = {"k": agreement, "kendall_distance": float(distance)}
     result = compare_lwlrap(
         torch.from_numpy(inputs.scores[0]),
@@ -357,7 +362,8 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="K",
         type=_positive_int,
         help="also report the mean Kendall distance at K between A's and B's rankings of each row's classes (over "
-        "the union of their top K; 0: the same order, 1: reversed)",
+        "the union of their top K; 0: the same order, 1: reversed); ties at the K-th place are broken by the files' "
+        "column order, or by the sorted class names where the two files' orders differ",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     parser.add_argument("--plot", metavar="OUT.png", help="write per-class differences with their intervals")

@@ -187,8 +187,12 @@ class TaggedMetric(Metric):
             count, computed = self._update_count, self._computed
             try:
                 wrapped(*args, **kwargs)
-            except BaseException:
+            except BaseException as err:
                 self._update_count, self._computed = count, computed
+                if isinstance(err, TypeError):  # arguments update cannot take, or a TypeError of the input gate
+                    refusal = _call_refusal(self, args, kwargs, "metric.update")
+                    if refusal is not None:
+                        raise refusal from None
                 raise
 
         return eager_only(update)
@@ -221,20 +225,9 @@ class TaggedMetric(Metric):
         first, so a rejected batch (or a call with the wrong arguments) raises before anything changes, and the
         accumulated states are kept.
         """
-        signature = _update_signature(type(self))
-        try:
-            signature.bind(self, *args, **kwargs)  # a call with the wrong arguments raises here
-        except TypeError as err:
-            arguments = ", ".join(
-                name if parameter.default is inspect.Parameter.empty else f"{name}={parameter.default!r}"
-                for name, parameter in signature.parameters.items() if name != "self"
-            )
-            unknown = [f"`{name}`" for name in kwargs if name not in signature.parameters]
-            reason = f"it names {', '.join(unknown)}, which `update` does not take" if unknown else str(err)
-            raise TypeError(
-                f"{type(self).__name__}: `metric(...)` takes the arguments of `metric.update({arguments})`, but this "
-                f"call does not fit them ({reason})."
-            ) from None
+        refusal = _call_refusal(self, args, kwargs, "metric")  # a call with the wrong arguments raises here
+        if refusal is not None:
+            raise refusal
         name, first = _first_argument(self, args, kwargs)
         _check_device(self, first, name)
         self._check_batch(*args, **kwargs)
@@ -514,6 +507,34 @@ def _update_signature(cls: type) -> inspect.Signature:
     signature = inspect.signature(cls.update)
     passes_on = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values())
     return inspect.signature(cls._sums) if passes_on and hasattr(cls, "_sums") else signature
+
+
+def _call_refusal(metric: Metric, args: tuple, kwargs: dict, call: str) -> Optional[TypeError]:
+    """The error for a call (``call``: ``metric`` or ``metric.update``) whose arguments the metric's
+    ``update`` cannot take: it names the metric (in a collection the user cannot tell which refused), the arguments
+    ``update`` takes and a keyword it does not; None where the arguments fit."""
+    signature = _update_signature(type(metric))
+    try:
+        signature.bind(metric, *args, **kwargs)
+    except TypeError as err:
+        parameters = [(name, p) for name, p in signature.parameters.items() if name != "self"]
+        arguments = ", ".join(
+            name if parameter.default is inspect.Parameter.empty else f"{name}={parameter.default!r}"
+            for name, parameter in parameters
+        )
+        unknown = [f"`{name}`" for name in kwargs if name not in signature.parameters]
+        reason = f"it names {', '.join(unknown)}, which `update` does not take" if unknown else str(err)
+        takes = f"`metric.update({arguments})`"
+        takes = takes if call == "metric.update" else f"the arguments of {takes}"
+        message = f"{type(metric).__name__}: `{call}(...)` takes {takes}, but this call does not fit them ({reason})."
+        second = parameters[1][0] if len(parameters) > 1 else "target"
+        if second != "target" and len(args) < 2 and second not in kwargs:
+            message += (
+                f" Its second argument is `{second}`, not torchmetrics' `target`: pass the batch by position, "
+                f"`metric(preds, y)` (in a MetricCollection, `collection(preds, y)`)."
+            )
+        return TypeError(message)
+    return None
 
 
 def _first_argument(metric: Metric, args: tuple, kwargs: dict) -> Tuple[str, Any]:
