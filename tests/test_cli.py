@@ -666,6 +666,28 @@ MESSAGE_CASES = {
         ["has no positive label at all in the truth rows selected by --where usage=Public: lwlrap is undefined"],
         ["(it)"],
     ),
+    "an empty score, as pandas writes NaN": (
+        _TRUTH_META, "fname,Bark,Cat,Dog\na.wav,0.9,,0.2\nb.wav,0.3,0.8,0.1\nc.wav,0.2,0.6,0.5\n", [],
+        ["line 2 (fname 'a.wav'), column 'Cat': the score is empty (pandas writes a NaN score so): fill or drop"],
+        [],
+    ),
+    "a NaN score": (
+        _TRUTH_META, "fname,Bark,Cat,Dog\na.wav,0.9,0.1,0.2\nb.wav,0.3,nan,0.1\nc.wav,0.2,0.6,0.5\n", [],
+        ["line 3 (fname 'b.wav'), column 'Cat': the score is NaN, which cannot be ranked: find where the model"], [],
+    ),
+    "a class of the truth without a prediction column": (
+        _TRUTH_META, "fname,Bark,Cat\na.wav,0.9,0.1\nb.wav,0.3,0.8\nc.wav,0.2,0.6\n", [],
+        ["label 'Dog' is not a column of prediction file", "the predictions need a column for every class"], [],
+    ),
+    "fnames in another letter case": (
+        _TRUTH_META, _PRED.replace("b.wav", "B.wav"), [],
+        ["fname 'b.wav'", "is missing from prediction file", "it has 'B.wav', which differs in letter case"], [],
+    ),
+    "the truth file given as the predictions too": (
+        _TRUTH_META, _TRUTH_META, [],
+        ["column 'labels': the score 'Bark,Cat' is not a number (this file reads like a truth file of fname and "
+         "labels: give a prediction file here"], [],
+    ),
     "a plot into a folder that is not there": (
         _TRUTH_META, _PRED, ["--plot", "/nonexistent-folder/chart.png"],
         ["--plot /nonexistent-folder/chart.png: the folder '/nonexistent-folder' does not exist"], [],
@@ -780,3 +802,14 @@ def test_a_submission_of_whole_numbers_throughout_is_not_warned_about(tmp_path, 
         warnings.simplefilter("always")
         code, _, err = run_main(capsys, "score", tmp_path / "truth.csv", tmp_path / "pred.csv")
     assert (code, err) == (0, "")
+
+
+def test_compare_of_submissions_with_other_classes_names_the_column_and_the_fix(tmp_path, capsys):
+    (tmp_path / "truth.csv").write_text(_TRUTH_META)
+    (tmp_path / "a.csv").write_text(_PRED)
+    (tmp_path / "b.csv").write_text(_PRED.replace("Dog\n", "Dog,fold\n").replace("\n", ",1\n")
+                                    .replace("Dog,fold,1\n", "Dog,fold\n"))
+    code, out, err = run_main(capsys, "compare", tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "b.csv")
+    assert (code, out) == (2, "") and is_error_line(err), err
+    assert "must score the same classes, but" in err and "has the column 'fold' that" in err, err
+    assert "write both with one set of class columns (or drop a column that is not a class)" in err, err

@@ -406,8 +406,28 @@ def test_tie_causes_of_scores_that_are_all_infinite_blame_no_rounding():
     scores = np.array([[np.inf, np.inf, -np.inf], [-np.inf, np.inf, -np.inf]])
     target = np.array([[1, 0, 0], [0, 1, 0]])
     assert tie_causes(scores, target) == {"saturated_tied_label_count": 0, "score_decimals": None,
-                                          "score_significant_digits": None}
+                                          "score_significant_digits": None, "single_score": None}
     assert tie_causes(np.array([[np.inf, 2.0, 2.0]]), np.array([[0, 1, 0]]))["score_decimals"] == 0
+
+
+def test_tie_block_on_a_file_whose_every_score_is_one_value_says_it_ranks_nothing(tmp_path):
+    # Probabilities below 0.005 written with float_format="%.2f" are all 0.00: the block had called them "whole
+    # numbers" and "saturated probabilities" (both true, neither the cause).
+    fnames, _, target = arrays(13, num_rows=60)
+    small = np.random.default_rng(13).random(target.shape) * 4e-3
+    wide_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, small).to_csv(tmp_path / "p2f.csv", index=False, float_format="%.2f")
+    result = cli_json("score", tmp_path / "truth.csv", tmp_path / "p2f.csv")
+    assert result["ties"]["single_score"] == 0.0 and result["ties"]["tied_share"] == 1.0
+    assert result["lwlrap"] == pytest.approx(naive_lwlrap(np.zeros_like(small), target, "max"), abs=1e-12)
+    code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "p2f.csv")
+    assert "cause        every score is 0: the file ranks nothing (small scores rounded away" in out, out
+    assert "advice       write the scores with every digit" in out and "saturated" not in out
+    assert "whole numbers" not in out
+    # two values: not one score, and the usual causes
+    small[0, 0] = 0.5
+    submission(fnames, small).to_csv(tmp_path / "p2f.csv", index=False, float_format="%.2f")
+    assert cli_json("score", tmp_path / "truth.csv", tmp_path / "p2f.csv")["ties"]["single_score"] is None
 
 
 def test_tie_block_on_probabilities_written_with_one_significant_digit_names_the_digits(tmp_path):

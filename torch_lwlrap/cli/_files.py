@@ -628,9 +628,17 @@ def read_predictions(
             try:
                 value = _number(field_text)
             except ValueError:
-                problem = "is empty" if not field_text else f"{field_text!r} is not a number"
+                problem = (
+                    "is empty (pandas writes a NaN score so): fill or drop the missing scores before writing"
+                    if not field_text else f"{field_text!r} is not a number"
+                )
                 if re.fullmatch(r"[-+]?\d+,\d+", field_text):
                     problem += " (a decimal comma: write the file with '.' as the decimal point, pandas' default)"
+                elif field_text and header[position].strip().lower() == "labels":
+                    problem += (
+                        " (this file reads like a truth file of fname and labels: give a prediction file here, "
+                        "after the truth file)"
+                    )
                 raise CsvFormatError(
                     f"prediction file {_where(path, line, fname)}, column {header[position]!r}: the score "
                     f"{problem}."
@@ -638,7 +646,8 @@ def read_predictions(
             if math.isnan(value):
                 raise CsvFormatError(
                     f"prediction file {_where(path, line, fname)}, column {header[position]!r}: the score is NaN, "
-                    f"which cannot be ranked."
+                    f"which cannot be ranked: find where the model gave NaN, or fill the missing scores before "
+                    f"writing."
                 )
             scores[row, column] = value
     _check_no_index_column(scores, classes, header, path, truth_classes)

@@ -221,7 +221,7 @@ def _reorder(pred: Predictions, rows: np.ndarray, first: Predictions, first_rows
         what = f"lacks {missing[0]!r}" if missing else f"has the column {extra[0]!r} that {first.path!r} lacks"
         raise CsvFormatError(
             f"prediction files {first.path!r} and {pred.path!r} must score the same classes, but {pred.path!r} "
-            f"{what}."
+            f"{what}: write both with one set of class columns (or drop a column that is not a class)."
         )
     position = {pred.fnames[row]: row for row in rows.tolist()}
     row_order = [position[first.fnames[row]] for row in first_rows.tolist()]

@@ -108,6 +108,9 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
             # No prediction fname in the truth points to fnames written another way (without .wav, say): show one.
             unlike = bool(pred.fnames) and not any(name in truth_fnames for name in pred.fnames)
             example = f"; its fnames read like {pred.fnames[0]!r}" if unlike else ""
+            cased = [name for name in pred.fnames if name.lower() == fname.lower()]
+            if cased:  # the same name in other letter case: fnames are matched exactly
+                example = f"; it has {cased[0]!r}, which differs in letter case (fnames are matched exactly)"
             raise CsvFormatError(
                 f"fname {fname!r} (truth file {truth.path!r}, line {line}){more} is missing from prediction file "
                 f"{pred.path!r}{example}{_selection_hint(truth, pred, unselected)}."
@@ -130,7 +133,8 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
             if name not in columns:
                 raise CsvFormatError(
                     f"class column {name!r} of truth file {truth.path!r} is not a column of prediction file "
-                    f"{pred.path!r}."
+                    f"{pred.path!r}: the predictions need a column for every class (a class the model does not "
+                    f"predict scores 0)."
                 )
     target = np.zeros((len(kept), len(pred.classes)), dtype=np.int8)
     for fname, line, labels in zip(truth.fnames, truth.lines, truth.labels):
@@ -139,7 +143,8 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
             if name not in columns:
                 raise CsvFormatError(
                     f"truth file {_where(truth.path, line, fname)}: label {name!r} is not a column of prediction "
-                    f"file {pred.path!r}."
+                    f"file {pred.path!r}: the predictions need a column for every class (a class the model does not "
+                    f"predict scores 0)."
                 )
             target[row, columns[name]] = 1
     for fname, names in zip(truth.fnames, truth.unknown):
