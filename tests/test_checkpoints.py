@@ -1277,6 +1277,11 @@ def test_value_checks_on_meta_say_how_to_follow_shapes_there(make, second):
     metric.validate_args = False  # as the message says: shapes only
     metric.update(preds, other)
     assert metric.update_called and all(getattr(metric, name).device.type == "meta" for name in metric._defaults)
+    assert metric.to_empty(device="cpu") is metric  # as the message says: new states on a real device (the metric
+    fresh = make()                                  # itself had refused torch's `recurse` keyword)
+    fresh.validate_args = False  # the same options (the tag holds them)
+    assert all(torch.equal(getattr(metric, name), getattr(fresh, name)) for name in fresh._defaults)
+    assert not metric.update_called
     with pytest.raises(ValueError, match="validate_args=False"):
         multilabel_lwlrap(preds, torch.randint(0, 2, (4, C), device="meta"))
 

@@ -688,6 +688,10 @@ MESSAGE_CASES = {
         ["column 'labels': the score 'Bark,Cat' is not a number (this file reads like a truth file of fname and "
          "labels: give a prediction file here"], [],
     ),
+    "the truth file given as the predictions too, a row without labels first": (
+        _TRUTH_META, 'fname,labels\na.wav,\nb.wav,Dog\nc.wav,Cat\n', [],
+        ["column 'labels': the score is empty (this file reads like a truth file of fname and labels"], ["pandas"],
+    ),
     "a plot into a folder that is not there": (
         _TRUTH_META, _PRED, ["--plot", "/nonexistent-folder/chart.png"],
         ["--plot /nonexistent-folder/chart.png: the folder '/nonexistent-folder' does not exist"], [],

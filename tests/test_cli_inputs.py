@@ -406,11 +406,11 @@ def test_tie_causes_of_scores_that_are_all_infinite_blame_no_rounding():
     scores = np.array([[np.inf, np.inf, -np.inf], [-np.inf, np.inf, -np.inf]])
     target = np.array([[1, 0, 0], [0, 1, 0]])
     assert tie_causes(scores, target) == {"saturated_tied_label_count": 0, "score_decimals": None,
-                                          "score_significant_digits": None, "single_score": None}
+                                          "score_significant_digits": None, "ranks_nothing": False}
     assert tie_causes(np.array([[np.inf, 2.0, 2.0]]), np.array([[0, 1, 0]]))["score_decimals"] == 0
 
 
-def test_tie_block_on_a_file_whose_every_score_is_one_value_says_it_ranks_nothing(tmp_path):
+def test_tie_block_on_a_file_whose_rows_are_each_one_value_says_it_ranks_nothing(tmp_path):
     # Probabilities below 0.005 written with float_format="%.2f" are all 0.00: the block had called them "whole
     # numbers" and "saturated probabilities" (both true, neither the cause).
     fnames, _, target = arrays(13, num_rows=60)
@@ -418,16 +418,24 @@ def test_tie_block_on_a_file_whose_every_score_is_one_value_says_it_ranks_nothin
     wide_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
     submission(fnames, small).to_csv(tmp_path / "p2f.csv", index=False, float_format="%.2f")
     result = cli_json("score", tmp_path / "truth.csv", tmp_path / "p2f.csv")
-    assert result["ties"]["single_score"] == 0.0 and result["ties"]["tied_share"] == 1.0
+    assert result["ties"]["ranks_nothing"] is True and result["ties"]["tied_share"] == 1.0
     assert result["lwlrap"] == pytest.approx(naive_lwlrap(np.zeros_like(small), target, "max"), abs=1e-12)
     code, out, _ = cli("score", tmp_path / "truth.csv", tmp_path / "p2f.csv")
-    assert "cause        every score is 0: the file ranks nothing (small scores rounded away" in out, out
+    assert "cause        each row's scores are equal: the file ranks nothing (small scores rounded away" in out
     assert "advice       write the scores with every digit" in out and "saturated" not in out
     assert "whole numbers" not in out
-    # two values: not one score, and the usual causes
+    # each row one value of its own, or every score +inf (--json stays valid JSON): still nothing ranked
+    flat = np.repeat(np.arange(len(fnames), dtype=np.float64)[:, None] / 100, len(CLASSES), axis=1)
+    for name, scores in (("rows", flat), ("inf", np.full(flat.shape, np.inf))):
+        submission(fnames, scores).to_csv(tmp_path / f"{name}.csv", index=False)
+        code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / f"{name}.csv", "--json")
+        assert code == 0, err
+        ties = json.loads(out, parse_constant=lambda constant: pytest.fail(f"{constant} in --json"))["ties"]
+        assert ties["ranks_nothing"] is True, name
+    # one row that orders two labels: something is ranked, and the usual causes
     small[0, 0] = 0.5
     submission(fnames, small).to_csv(tmp_path / "p2f.csv", index=False, float_format="%.2f")
-    assert cli_json("score", tmp_path / "truth.csv", tmp_path / "p2f.csv")["ties"]["single_score"] is None
+    assert cli_json("score", tmp_path / "truth.csv", tmp_path / "p2f.csv")["ties"]["ranks_nothing"] is False
 
 
 def test_tie_block_on_probabilities_written_with_one_significant_digit_names_the_digits(tmp_path):

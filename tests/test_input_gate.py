@@ -218,7 +218,8 @@ def test_a_forward_that_does_not_fit_update_names_the_metric_and_its_arguments()
     with pytest.raises(TypeError, match=r"^MultilabelRankCorrelation: `metric\(\.\.\.\)` takes the arguments of "
                                         r"`metric.update\(preds, reference\)`, but this call does not fit them \(it "
                                         r"names `target`, which `update` does not take\)\. Its second argument "
-                                        r"is `reference`, not torchmetrics' `target`: pass the batch by position"):
+                                        r"is `reference` \(not torchmetrics' `target`\): pass both by position, "
+                                        r"`metric\(preds, y\)`"):
         torch_lwlrap.MultilabelRankCorrelation(5)(a, target=b)
     # update itself, as a Lightning step writes it: the same message (it had been Python's bare "missing 1 required
     # positional argument: 'preds_b'"), and nothing counted
@@ -226,9 +227,13 @@ def test_a_forward_that_does_not_fit_update_names_the_metric_and_its_arguments()
     with pytest.raises(TypeError, match=r"^MultilabelKendallDistanceAtK: `metric.update\(\.\.\.\)` takes "
                                         r"`metric.update\(preds_a, preds_b\)`, but this call does not fit them \(it "
                                         r"names `target`, which `update` does not take\)\. Its second argument is "
-                                        r"`preds_b`"):
+                                        r"`preds_b` \(not torchmetrics' `target`\): pass both by position, "
+                                        r"`metric.update\(preds, y\)`"):
         metric.update(a, target=b)
     assert not metric.update_called
+    with pytest.raises(TypeError, match="missing a required argument: 'relevance'") as raised:
+        torch_lwlrap.MultilabelNDCG(5).update(a, sample_weight=torch.ones(4))  # no `target` in sight: no such hint
+    assert "torchmetrics' `target`" not in str(raised.value)
     with pytest.raises(TypeError, match=r"^MultilabelLWLRAP: `metric.update\(\.\.\.\)` takes `metric.update\("
                                         r"preds, target\)`, but this call does not fit them \(too many positional "
                                         r"arguments\)\.$"):

@@ -435,6 +435,22 @@ def test_plot_per_class_of_527_classes_is_split_into_panels(tmp_path):
         plt.close(fig)
 
 
+def test_plot_per_class_into_a_figure_without_agg_and_of_no_class_warns_nothing():
+    # The title layout had asked the canvas for Agg's renderer: a bare Figure (or the pdf backend's canvas) has none,
+    # and the plot raised AttributeError; no class had set the y limits to one point (a matplotlib warning).
+    from matplotlib.figure import Figure
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = Figure()
+        fig.suptitle("the user's title")
+        ax = fig.add_subplot()
+        out_fig, out_ax = plot_per_class(torch.tensor([0.5, 1.0, 0.25], dtype=torch.float64), ax=ax)
+        assert out_fig is fig and out_ax is ax and _bars(ax) == [0.5, 1.0, 0.25]
+        fig, ax = plot_per_class(torch.zeros(0))
+        plt.close(fig)
+
+
 def test_plot_of_a_value_kept_from_before_a_reset_shows_no_weights_of_the_new_state():
     # torchmetrics' loop plots a stored value after reset(): its bars had been labelled with the weights of the
     # metric's current state (w=0.000 after the reset, others after a later update), not of the value's data.

@@ -209,10 +209,10 @@ def _any_set(flag: Tensor) -> bool:
         if flag.device.type != "meta":
             raise
         raise ValueError(
-            "The value checks (`validate_args=True`) read the scores and targets, but tensors on the `meta` device "
+            "The value checks (`validate_args=True`) read the inputs' values, but tensors on the `meta` device "
             "have shapes without values: pass `validate_args=False` (to the metric's constructor, or to the "
-            "function) to follow shapes on `meta`, or move the metric and its inputs to a real device "
-            "(`module.to_empty(device=...)`)."
+            "function) to follow shapes on `meta`, or materialize the metric and its inputs on a real device "
+            "(`metric.to_empty(device=...)`, or the module's, gives new states there)."
         ) from None
 
 

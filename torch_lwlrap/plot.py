@@ -46,7 +46,7 @@ def plot_per_class(
         weights: ``(C,)`` label weights (share of all positive labels), shown beside each bar.
         class_names: ``C`` names; defaults to ``"Class 0"``, ...
         ax: matplotlib axes to draw into (all classes, in one column); a new figure when None.
-        title: axes title.
+        title: the axes' title; with several panels, the figure's (above them all).
         sort: order the bars worst first (from the top).
 
     Returns:
@@ -115,7 +115,8 @@ def _draw_bars(ax: Any, values: Tensor, weights: Optional[Tensor], names: Sequen
         else:
             label = f"{float(values[i]):.3f}"
         ax.text(min(heights[y], 1.0) + 0.01, y, label, va="center", fontsize=8)
-    ax.set_ylim(len(order) - 0.5, -0.5)  # the first class on top, no blank margin above it or below the last
+    if order:
+        ax.set_ylim(len(order) - 0.5, -0.5)  # the first class on top, no blank margin above it or below the last
 
 
 # Charts of many classes are split into side-by-side panels of at most this many bars, so that a chart of 527
@@ -136,7 +137,11 @@ def layout_below_title(fig: Any) -> None:
     title = getattr(fig, "_suptitle", None)
     if title is None or not title.get_text():
         return
-    renderer = fig.canvas.get_renderer()
+    # Agg's canvas has get_renderer; other canvases (pdf, a bare Figure's) lay out through the figure's own
+    get_renderer = getattr(fig.canvas, "get_renderer", None) or getattr(fig, "_get_renderer", None)
+    if get_renderer is None:
+        return
+    renderer = get_renderer()
     title_bottom = fig.transFigure.inverted().transform(title.get_window_extent(renderer))[0, 1]
     top = max(
         fig.transFigure.inverted().transform(ax.get_tightbbox(renderer))[1, 1] for ax in fig.axes
@@ -164,7 +169,7 @@ def plot_values(
     Args:
         values: ``{name: scalar tensor}``, drawn top to bottom in the dict's order.
         ax: matplotlib axes to draw into (all classes, in one column); a new figure when None.
-        title: axes title.
+        title: the axes' title; with several panels, the figure's (above them all).
         span: two names in ``values`` whose values bound a range to shade behind the bars (the tie report's
             worst and best orders).
         span_label: the legend of the shaded range (default "from <first> to <second>").

@@ -628,17 +628,16 @@ def read_predictions(
             try:
                 value = _number(field_text)
             except ValueError:
-                problem = (
-                    "is empty (pandas writes a NaN score so): fill or drop the missing scores before writing"
-                    if not field_text else f"{field_text!r} is not a number"
-                )
-                if re.fullmatch(r"[-+]?\d+,\d+", field_text):
-                    problem += " (a decimal comma: write the file with '.' as the decimal point, pandas' default)"
-                elif field_text and header[position].strip().lower() == "labels":
+                problem = "is empty" if not field_text else f"{field_text!r} is not a number"
+                if header[position].strip().lower() == "labels":
                     problem += (
                         " (this file reads like a truth file of fname and labels: give a prediction file here, "
                         "after the truth file)"
                     )
+                elif not field_text:
+                    problem += " (pandas writes a NaN score so): fill or drop the missing scores before writing"
+                elif re.fullmatch(r"[-+]?\d+,\d+", field_text):
+                    problem += " (a decimal comma: write the file with '.' as the decimal point, pandas' default)"
                 raise CsvFormatError(
                     f"prediction file {_where(path, line, fname)}, column {header[position]!r}: the score "
                     f"{problem}."

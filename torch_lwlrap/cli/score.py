@@ -175,7 +175,7 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     probability (saturated), and the fewest decimals every score is written with (rounded), None beyond 6; and the
     fewest significant digits (``%.2e``, ``%g``) where those are fewer than the decimals or the decimals are beyond
     6 (``%.1e`` of probabilities above 1e-5 has at most 6 decimals, but 2 digits tell how coarse it is), else None;
-    and the one value every ranked score holds (``single_score``: a file that ranks nothing), else None.
+    and whether each row's ranked scores are one value (``ranks_nothing``: no row orders any label).
 
     Unknown labels (:data:`UNKNOWN_TARGET`) are not ranked, so they tie nothing.
 
@@ -205,9 +205,12 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     digits = _significant_digits(finite) if finite.size and (decimals is None or decimals > 1) else None
     if digits is not None and decimals is not None and digits >= decimals:
         digits = None  # the decimals say it as well
-    single = float(values[0]) if values.size and bool((values == values[0]).all()) else None
+    # Each row's ranked scores one value (unknown labels, NaN here, left out): no row orders anything.
+    with np.errstate(invalid="ignore"):
+        flat = np.fmax.reduce(ranked, axis=1) == np.fmin.reduce(ranked, axis=1)
+    ranks_nothing = bool(values.size) and bool((flat | np.isnan(np.fmin.reduce(ranked, axis=1))).all())
     return {"saturated_tied_label_count": saturated, "score_decimals": decimals, "score_significant_digits": digits,
-            "single_score": single}
+            "ranks_nothing": ranks_nothing}
 
 
 def tie_section(score: Score) -> list:
@@ -229,11 +232,10 @@ def tie_section(score: Score) -> list:
         ),
     ]
     advice = []
-    single = report.get("single_score")
-    if single is not None:  # the one cause: rounding or saturation would only say it less plainly
+    if report.get("ranks_nothing"):  # the one cause: rounding or saturation would only say it less plainly
         lines.append(summary_line(
-            "cause", f"every score is {single:g}: the file ranks nothing (small scores rounded away, as "
-                     f"float_format='%.2f' does to probabilities below 0.005, or a model that outputs a constant)"))
+            "cause", "each row's scores are equal: the file ranks nothing (small scores rounded away, as "
+                     "float_format='%.2f' does to probabilities below 0.005, or a constant output)"))
         advice.append("write the scores with every digit (pandas' to_csv does unless given float_format=)")
         report = dict(report, score_decimals=None, score_significant_digits=None, saturated_tied_label_count=0)
     decimals = report.get("score_decimals")

@@ -252,7 +252,9 @@ class TaggedMetric(Metric):
             else:
                 state.add_(value)
 
-    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> "TaggedMetric":
+    def _apply(self, fn: Callable, exclude_state: Sequence[str] = (), recurse: bool = True) -> "TaggedMetric":
+        # ``recurse``: what ``nn.Module.to_empty`` passes to the module it is called on (a metric's states are its
+        # own, not a child module's, so it changes nothing here); torchmetrics' ``_apply`` does not take it.
         tensors = {name: d for name, d in self._defaults.items() if isinstance(d, Tensor)}
         if self._dtype_convert:  # set_dtype: the sums take its dtype; the options tag and the counts stay int64
             kept = tuple(name for name, d in tensors.items() if not d.is_floating_point())
@@ -528,10 +530,11 @@ def _call_refusal(metric: Metric, args: tuple, kwargs: dict, call: str) -> Optio
         takes = takes if call == "metric.update" else f"the arguments of {takes}"
         message = f"{type(metric).__name__}: `{call}(...)` takes {takes}, but this call does not fit them ({reason})."
         second = parameters[1][0] if len(parameters) > 1 else "target"
-        if second != "target" and len(args) < 2 and second not in kwargs:
+        # `target` named, or no keyword at all (a MetricCollection passes on only the keywords update takes)
+        if second != "target" and len(args) < 2 and second not in kwargs and ("target" in kwargs or not kwargs):
             message += (
-                f" Its second argument is `{second}`, not torchmetrics' `target`: pass the batch by position, "
-                f"`metric(preds, y)` (in a MetricCollection, `collection(preds, y)`)."
+                f" Its second argument is `{second}` (not torchmetrics' `target`): pass both by position, "
+                f"`{call}(preds, y)` (in a MetricCollection, `collection(preds, y)`)."
             )
         return TypeError(message)
     return None
