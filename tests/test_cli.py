@@ -811,8 +811,8 @@ def test_a_submission_of_whole_numbers_throughout_is_not_warned_about(tmp_path, 
 def test_compare_of_submissions_with_other_classes_names_the_column_and_the_fix(tmp_path, capsys):
     (tmp_path / "truth.csv").write_text(_TRUTH_META)
     (tmp_path / "a.csv").write_text(_PRED)
-    (tmp_path / "b.csv").write_text(_PRED.replace("Dog\n", "Dog,fold\n").replace("\n", ",1\n")
-                                    .replace("Dog,fold,1\n", "Dog,fold\n"))
+    (tmp_path / "b.csv").write_text("fname,Bark,Cat,Dog,fold\na.wav,0.9,0.1,0.2,1\nb.wav,0.3,0.8,0.1,1\n"
+                                    "c.wav,0.2,0.6,0.5,1\n")  # A's scores and a column that is not a class
     code, out, err = run_main(capsys, "compare", tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "b.csv")
     assert (code, out) == (2, "") and is_error_line(err), err
     assert "must score the same classes, but" in err and "has the column 'fold' that" in err, err

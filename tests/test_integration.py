@@ -418,7 +418,8 @@ def test_plot_per_class_of_527_classes_is_split_into_panels(tmp_path):
     finally:
         plt.close(fig)
     # sorted, worst first across the panels; into a given axes: one column, as asked
-    fig, axes = plot_per_class(per_class_tensor := torch.tensor(per_class, dtype=torch.float64), sort=True, class_names=names)
+    per_class_tensor = torch.tensor(per_class, dtype=torch.float64)
+    fig, axes = plot_per_class(per_class_tensor, sort=True, class_names=names)
     try:
         heights = sum((_bars(ax) for ax in axes), [])
         ranked = sorted(v for v in per_class if not math.isnan(v))

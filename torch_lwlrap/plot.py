@@ -168,8 +168,8 @@ def plot_values(
 
     Args:
         values: ``{name: scalar tensor}``, drawn top to bottom in the dict's order.
-        ax: matplotlib axes to draw into (all classes, in one column); a new figure when None.
-        title: the axes' title; with several panels, the figure's (above them all).
+        ax: matplotlib axes to draw into; a new figure when None.
+        title: axes title.
         span: two names in ``values`` whose values bound a range to shade behind the bars (the tie report's
             worst and best orders).
         span_label: the legend of the shaded range (default "from <first> to <second>").

@@ -206,9 +206,8 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     if digits is not None and decimals is not None and digits >= decimals:
         digits = None  # the decimals say it as well
     # Each row's ranked scores one value (unknown labels, NaN here, left out): no row orders anything.
-    with np.errstate(invalid="ignore"):
-        flat = np.fmax.reduce(ranked, axis=1) == np.fmin.reduce(ranked, axis=1)
-    ranks_nothing = bool(values.size) and bool((flat | np.isnan(np.fmin.reduce(ranked, axis=1))).all())
+    low, high = np.fmin.reduce(ranked, axis=1), np.fmax.reduce(ranked, axis=1)
+    ranks_nothing = bool(values.size) and bool(((low == high) | np.isnan(low)).all())
     return {"saturated_tied_label_count": saturated, "score_decimals": decimals, "score_significant_digits": digits,
             "ranks_nothing": ranks_nothing}
 
@@ -232,33 +231,34 @@ def tie_section(score: Score) -> list:
         ),
     ]
     advice = []
+    every_digit = "write the scores with every digit (pandas' to_csv does unless given float_format=)"
+    decimals = report.get("score_decimals")
+    digits = report.get("score_significant_digits")
+    saturated = report.get("saturated_tied_label_count", 0)
     if report.get("ranks_nothing"):  # the one cause: rounding or saturation would only say it less plainly
         lines.append(summary_line(
             "cause", "each row's scores are equal: the file ranks nothing (small scores rounded away, as "
                      "float_format='%.2f' does to probabilities below 0.005, or a constant output)"))
-        advice.append("write the scores with every digit (pandas' to_csv does unless given float_format=)")
-        report = dict(report, score_decimals=None, score_significant_digits=None, saturated_tied_label_count=0)
-    decimals = report.get("score_decimals")
-    digits = report.get("score_significant_digits")
-    saturated = report.get("saturated_tied_label_count", 0)
-    if decimals is not None or digits is not None:
-        if digits is None:
-            places = "1 decimal" if decimals == 1 else f"{decimals} decimals"
-            rounded = "whole numbers" if decimals == 0 else f"rounded: none has more than {places}"
-        else:
-            places = "1 significant digit" if digits == 1 else f"{digits} significant digits"
-            rounded = f"rounded: none has more than {places}"
-        lines.append(summary_line("cause", f"the scores are {rounded}, so nearby scores collide"))
-        advice.append("write the scores with every digit (pandas' to_csv does unless given float_format=)")
-    if saturated and 2 * saturated >= report["tied_label_count"]:
-        lines.append(
-            summary_line(
-                "cause",
-                f"{saturated} of the {report['tied_label_count']} tied positive labels are scored exactly 0 or 1: "
-                f"saturated probabilities (float32 sigmoid is exactly 1.0 from a logit of about 17)",
+        advice.append(every_digit)
+    else:
+        if decimals is not None or digits is not None:
+            if digits is None:
+                places = "1 decimal" if decimals == 1 else f"{decimals} decimals"
+                rounded = "whole numbers" if decimals == 0 else f"rounded: none has more than {places}"
+            else:
+                places = "1 significant digit" if digits == 1 else f"{digits} significant digits"
+                rounded = f"rounded: none has more than {places}"
+            lines.append(summary_line("cause", f"the scores are {rounded}, so nearby scores collide"))
+            advice.append(every_digit)
+        if saturated and 2 * saturated >= report["tied_label_count"]:
+            lines.append(
+                summary_line(
+                    "cause",
+                    f"{saturated} of the {report['tied_label_count']} tied positive labels are scored exactly 0 or "
+                    f"1: saturated probabilities (float32 sigmoid is exactly 1.0 from a logit of about 17)",
+                )
             )
-        )
-        advice.append("score the logits")
+            advice.append("score the logits")
     if not advice:
         lines.append(summary_line("cause", "equal scores within a row (neither rounded nor saturated at 0 or 1)"))
     if score.extra.get("options", {}).get("ties") != "expected":
