@@ -1156,6 +1156,36 @@ def test_merge_state_refuses_an_earlier_version_s_tag_and_merges_shape_only_metr
     assert shapes.label_count.device.type == "meta"
 
 
+def test_merge_state_checks_a_meta_metric_s_options_and_refuses_mixing_meta_and_values():
+    from torchmetrics import Metric
+
+    if not hasattr(Metric, "merge_state"):
+        pytest.skip("this torchmetrics has no merge_state")
+    options = r"cannot merge these states: their metric was made with ties='index'; this metric has ties='max'"
+    # a metric on meta still has options: the refusal names them, whichever side is on meta, or both
+    for target, other in (("meta", "cpu"), ("cpu", "meta"), ("meta", "meta")):
+        with pytest.raises(ValueError, match=options):
+            MultilabelLWLRAP(C).to(target).merge_state(MultilabelLWLRAP(C, ties="index").to(other))
+    fed = _fed(MultilabelLWLRAP(C), _batches(C, 2))
+    before = _states(fed)
+    meta = r"on cpu cannot merge states on meta: a metric on meta holds its states' shapes, not their values"
+    with pytest.raises(ValueError, match=meta):
+        fed.merge_state(MultilabelLWLRAP(C).to("meta"))
+    with pytest.raises(ValueError, match=meta):
+        fed.merge_state({name: value.to("meta") for name, value in fed.metric_state.items()})
+    with pytest.raises(ValueError, match=r"MultilabelLWLRAP on meta cannot merge states on cpu"):
+        MultilabelLWLRAP(C).to("meta").merge_state(fed)
+    # a dict of sums without the tag, or without a sum
+    with pytest.raises(ValueError, match=r"records no options \(the states have no 'options_tag', which every "
+                                         r"torch_lwlrap metric's `metric_state` carries\).*states\['options_tag'\] = "):
+        fed.merge_state({name: value for name, value in fed.metric_state.items() if name != "options_tag"})
+    with pytest.raises(ValueError, match=r"has no state 'label_count'"):
+        fed.merge_state({name: value for name, value in fed.metric_state.items() if name != "label_count"})
+    assert all(torch.equal(getattr(fed, key), state) for key, state in before.items())
+    fed.merge_state(fed)  # the refusals changed nothing: the metric merges (doubles) as before
+    assert torch.equal(fed.label_count, 2 * before["label_count"])
+
+
 # A tag no version wrote (a hand-edited or damaged state dict): another length, a flag other than 0/1, a tie rule
 # or a label count out of range, an ignore_index beside a flag saying there is none.
 GARBAGE_TAGS = [[5, 5, 5, 5, 5], [1, 2], [7], [0, 2, 0], [0, 0, 3], [0, 1, -1, 0], [99, 0, 0]]
@@ -1283,6 +1313,37 @@ def test_value_checks_on_meta_say_how_to_follow_shapes_there(make, second):
     assert not metric.update_called
     with pytest.raises(ValueError, match="validate_args=False"):
         multilabel_lwlrap(preds, torch.randint(0, 2, (4, C), device="meta"))
+
+
+@pytest.mark.parametrize("make, second", [
+    (lambda: MultilabelLWLRAP(C, validate_args=False), "target"),
+    (lambda: MultilabelLWLRAP(C, average="macro", validate_args=False), "target"),
+    (lambda: MultilabelLWLRAP(C, average="none", validate_args=False), "target"),
+    (lambda: MultilabelLRAP(C, validate_args=False), "target"),
+    (lambda: MultilabelRankingLoss(C, validate_args=False), "target"),
+    (lambda: MultilabelRetrievalAtK(C, k=[1, 3], validate_args=False), "target"),
+    (lambda: MultilabelNDCG(C, k=2, validate_args=False), "relevance"),
+    (lambda: MultilabelKendallDistanceAtK(C, 2, validate_args=False), "scores"),
+])
+def test_compute_on_meta_gives_the_value_s_shapes(make, second):
+    # A run of shapes on meta computes too: the value has the shape (and keys) it has on a real device. lwlrap and
+    # LRAP had read their totals for the no-positive warning ("Tensor.item() cannot be called on meta tensors").
+    g = torch.Generator().manual_seed(3)
+    batch = (torch.randn(4, C, generator=g), {"target": (torch.rand(4, C, generator=g) < 0.5).long(),
+                                              "relevance": torch.rand(4, C, generator=g) * 3,
+                                              "scores": torch.randn(4, C, generator=g)}[second])
+    real, shapes = make(), make().to("meta")
+    real.update(*batch)
+    shapes.update(*(tensor.to("meta") for tensor in batch))
+    want, got = real.compute(), shapes.compute()
+    if isinstance(want, dict):
+        assert got.keys() == want.keys()
+        want, got = list(want.values()), list(got.values())
+    else:
+        want, got = [want], [got]
+    for value, shape in zip(want, got):
+        assert shape.is_meta and shape.shape == value.shape and shape.dtype == value.dtype
+        assert torch.isfinite(value).all()  # the real value is a value (the meta one has none to compare)
 
 
 class _ResumableBatches:

@@ -313,6 +313,16 @@ MISTAKES = {
         lambda p, y: ((p > 0).float(), y.masked_fill(torch.eye(*y.shape, dtype=torch.bool), -1)), ValueError,
         r"found the values \[-1\]: if they mark unknown labels, pass `ignore_index=-1`",
     ),
+    "-1 written into uint8 labels": (
+        lambda p, y: (p, y.to(torch.uint8).masked_fill(torch.eye(*y.shape, dtype=torch.bool), -1)), ValueError,
+        r"found the values \[255\]: `target` is uint8, which holds no negative value: -1 written into it is stored "
+        r"as 255\. If these values mark unknown labels, pass `ignore_index=255`, or mark them in a signed dtype "
+        r"\(`target.to\(torch.int64\)` first\) and pass `ignore_index=-1`",
+    ),
+    "-100 written into uint8 labels": (
+        lambda p, y: (p, y.to(torch.uint8).masked_fill(torch.eye(*y.shape, dtype=torch.bool), -100)), ValueError,
+        r"-100 written into it is stored as 156\. If these values mark unknown labels, pass `ignore_index=156`",
+    ),
     "soft labels": (lambda p, y: (p, y.float() * 0.9), ValueError, r"\[0\.9\]: soft labels .*`target > 0\.5`.*multilabel_ndcg"),
     "numpy scores": (lambda p, y: (p.numpy(), y), TypeError, r"got ndarray: convert it with `torch.as_tensor\(preds\)`"),
     "one sample, 1-D": (lambda p, y: (p[0], y[0]), ValueError, r"shape \(5,\): for a single sample, pass `preds.unsqueeze\(0\)`"),
@@ -533,7 +543,7 @@ def test_sample_weight_errors_name_the_values_and_the_first_place(bad, call):
     shown = "nan" if math.isnan(bad) else repr(bad)
     with pytest.raises(ValueError, match=rf"^Argument `sample_weight` must be non-negative and finite, but found the "
                                          rf"values \[{shown}\] \(first at index \(2,\)\): give each sample a weight "
-                                         rf"of 0 or more \(0 leaves it out\)\.$"):
+                                         rf"of 0 or more \(0 leaves it out\)\.(\n\(refused by .*\))?$"):
         calls[call]()
 
 

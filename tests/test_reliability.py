@@ -583,6 +583,9 @@ def test_rejected_batch_raises_and_loses_nothing(metric_name, args, kwargs, erro
         step(*args, **kwargs)
     for fragment in fragments:
         assert fragment in str(raised.value), f"{fragment!r} missing from the message: {raised.value}"
+    # the traceback names the metric that refused it (below the message)
+    assert any(note.startswith(f"(refused by {type(metric).__name__}(") and "its states are as before this batch"
+               in note for note in getattr(raised.value, "__notes__", ())), getattr(raised.value, "__notes__", None)
 
     after = metric.metric_state
     assert after.keys() == before.keys()
@@ -591,6 +594,40 @@ def test_rejected_batch_raises_and_loses_nothing(metric_name, args, kwargs, erro
         assert torch.equal(after[name], value), f"state {name} changed by a rejected batch"
     step(*second)  # still accepts batches
     assert_matches(metric.compute(), _expected(metric_name, [first, second]))
+
+
+@pytest.mark.parametrize("mode", ["update", "forward"])
+def test_a_collection_s_refusal_names_its_member_and_those_that_added_the_batch(mode):
+    # torchmetrics updates a collection's members one after another: a batch that one member refuses (here a target
+    # marked -1, which only the first member ignores) has been added by those before it. The traceback says which
+    # member refused and which hold the batch, and the refusing member keeps its states.
+    from torchmetrics import MetricCollection
+
+    collection = MetricCollection({"ignoring": MultilabelLWLRAP(3, ignore_index=-1), "plain": MultilabelLWLRAP(3)})
+    g = torch.Generator().manual_seed(5)
+    first = (torch.randn(6, 3, generator=g), (torch.rand(6, 3, generator=g) < 0.5).long())
+    first[1][0] = 1
+    step = collection.update if mode == "update" else collection
+    step(*first)
+    preds, target = torch.randn(4, 3, generator=g), torch.ones(4, 3, dtype=torch.long)
+    target[0, 0], target[1, 2] = -1, 0
+    with pytest.raises(ValueError, match=r"pass `ignore_index=-1`") as raised:
+        step(preds, target)
+    (note,) = raised.value.__notes__
+    assert note.startswith("(refused by the MetricCollection's member 'plain', MultilabelLWLRAP(ties='max', "
+                           "ignore_index=None, num_labels=3")
+    assert "The members before it ('ignoring') have added the batch" in note
+    values = collection.compute()
+    expected = naive_lwlrap(first[0].double().numpy(), first[1].numpy(), "max", None, "weighted")
+    assert_matches(values["plain"], expected)  # the refusing member as before the batch
+    assert values["ignoring"] != values["plain"]  # the member before it added the batch, as the note says
+    plain_first = MetricCollection({"a_plain": MultilabelLWLRAP(3), "b_ignoring": MultilabelLWLRAP(3, ignore_index=-1)})
+    with pytest.raises(ValueError) as raised:
+        plain_first.update(preds, target)
+    assert raised.value.__notes__ == [
+        "(refused by the MetricCollection's member 'a_plain', MultilabelLWLRAP(ties='max', ignore_index=None, "
+        "num_labels=3, num_bootstrap=0, bootstrap_seed=None): its states are as before this batch)"
+    ]  # the first member refused: no member holds the batch
 
 
 # ----------------------------------------------------------------------------------------------------------------

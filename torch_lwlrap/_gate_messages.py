@@ -64,7 +64,18 @@ def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: O
     finite = found[~torch.isnan(found)] if nan else found
     known = preds if preds.dtype == torch.bool else ((preds == 0) | (preds == 1))
     fractional = finite.is_floating_point() and bool((finite != finite.round()).any())
-    if fractional and bool(known.all()) and preds.numel():  # scores in target, labels in preds
+    bits = torch.iinfo(target.dtype).bits if not (target.is_floating_point() or target.dtype.is_signed) else 0
+    # the usual marks of unknown labels (ignore_index's, or -1 and torch's -100) wrapped by an unsigned dtype
+    marks = {ignore_index % 2**bits} if ignore_index is not None and ignore_index < 0 else {2**bits - 1, 2**bits - 100}
+    if bits and set(finite.tolist()) <= marks and finite.numel() == 1:
+        stored = int(finite[0])
+        fix = (
+            f"`target` is {str(target.dtype).replace('torch.', '')}, which holds no negative value: "
+            f"{stored - 2 ** bits} written into it is stored as {stored}. If these values mark unknown labels, pass "
+            f"`ignore_index={stored}`, or mark them in a signed dtype (`target.to(torch.int64)` first) and pass "
+            f"`ignore_index={stored - 2 ** bits}`"
+        )
+    elif fractional and bool(known.all()) and preds.numel():  # scores in target, labels in preds
         fix = f"`preds` holds only 0 and 1: the arguments look swapped, pass the scores first, {user_call()}"
     elif nan or (finite.numel() and bool((finite < 0).all())):
         mark = "-1" if nan else shown[0]

@@ -126,7 +126,7 @@ def _lwlrap_per_class(precision_sum: Tensor, label_count: Tensor) -> Tuple[Tenso
     count = label_count.to(torch.float64)
     per_class = precision_sum / count  # 0 / 0 = NaN for classes without a positive
     total = count.sum()
-    weights = count / total if total > 0 else torch.zeros_like(count)
+    weights = torch.where(total > 0, count / total, 0.0)  # no read of the total: no sync (and shapes on meta)
     return per_class, weights
 
 
@@ -135,6 +135,8 @@ def _lwlrap_compute(precision_sum: Tensor, label_count: Tensor, average: str, wa
     of the same labels, whose first already warned)."""
     if average == "none":
         return _lwlrap_per_class(precision_sum, label_count)[0]
+    if precision_sum.is_meta:  # a metric on meta (shapes, no values): the value's shape, nothing to warn of
+        return torch.empty((), dtype=torch.float64, device=precision_sum.device)
     total = label_count.sum()
     if total == 0:
         if warn_empty:
@@ -272,7 +274,7 @@ def _lrap_per_sample(sums: RankingSums) -> Tensor:
 
 
 def _lrap_compute(lrap_sum: Tensor, weight_sum: Tensor) -> Tensor:
-    if weight_sum == 0:
+    if not weight_sum.is_meta and weight_sum == 0:  # on meta (shapes, no values) nothing to warn of
         warn("LRAP is undefined without samples (or with a total sample weight of 0): returning NaN.")
         return torch.full((), math.nan, dtype=torch.float64, device=lrap_sum.device)
     return lrap_sum / weight_sum

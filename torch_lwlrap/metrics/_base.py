@@ -28,7 +28,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
+from torchmetrics import Metric, MetricCollection
 from torchmetrics.utilities.distributed import gather_all_tensors
 
 from torch_lwlrap._checks import check_batch, check_flag
@@ -149,10 +149,14 @@ class TaggedMetric(Metric):
         settings = [SETTINGS_MARK, int(self.validate_args), _SUM_DTYPES.index(sum_dtype)]
         return torch.tensor(encode_tag(_library_class(self), self._options) + settings, dtype=torch.int64)
 
+    def _current_tag(self) -> Tensor:
+        """The tag of this metric's options and settings now, on the CPU (also for a metric on ``meta``)."""
+        floats = [d.dtype for d in self._defaults.values() if isinstance(d, Tensor) and d.is_floating_point()]
+        return self._tag(floats[0] if floats else torch.float64)
+
     def _retag(self) -> None:
         """The tag made again from the options and settings (an option adopted from a checkpoint, set_dtype)."""
-        floats = [d.dtype for d in self._defaults.values() if isinstance(d, Tensor) and d.is_floating_point()]
-        tag = self._tag(floats[0] if floats else torch.float64)
+        tag = self._current_tag()
         self.options_tag = tag.to(self.options_tag.device)
         self._defaults["options_tag"] = tag.to(self._defaults["options_tag"].device)
 
@@ -193,6 +197,7 @@ class TaggedMetric(Metric):
                     refusal = _call_refusal(self, args, kwargs, "metric.update")
                     if refusal is not None:
                         raise refusal from None
+                _note_refusal(self, err)
                 raise
 
         return eager_only(update)
@@ -229,8 +234,12 @@ class TaggedMetric(Metric):
         if refusal is not None:
             raise refusal
         name, first = _first_argument(self, args, kwargs)
-        _check_device(self, first, name)
-        self._check_batch(*args, **kwargs)
+        try:
+            _check_device(self, first, name)
+            self._check_batch(*args, **kwargs)
+        except (TypeError, ValueError) as err:
+            _note_refusal(self, err)
+            raise
         if self.full_state_update or self.full_state_update is None or self.dist_sync_on_step:
             # That forward updates the accumulated states, keeps them aside and updates emptied ones: updates add
             # in place, and torchmetrics before 1.3 keeps the states by reference (in a compute group, shared by
@@ -324,6 +333,13 @@ class TaggedMetric(Metric):
         ours = self._option_values()
         tag = saved("options_tag")
         if tag is None:  # this metric's sums without the record of what they mean
+            if action == "merge":
+                return (
+                    f"records no options (the states have no 'options_tag', which every torch_lwlrap metric's "
+                    f"`metric_state` carries), so nothing tells what their sums mean. Merge the other metric itself "
+                    f"or its whole `metric_state`; if the states come from a metric with this one's options "
+                    f"({_describe(ours)}), add the entry: states['options_tag'] = metric.options_tag"
+                ), {}
             return (
                 f"records no options (it has no 'options_tag' entry, which every checkpoint of a torch_lwlrap metric "
                 f"carries), so nothing tells what its sums mean. If it was saved by a metric with this one's options "
@@ -387,26 +403,32 @@ class TaggedMetric(Metric):
             tagged in an earlier version's layout: their sums mean something else, and adding them would give a
             value that is no metric's."""
             if isinstance(incoming_state, TaggedMetric):
-                states = incoming_state.metric_state
+                states = dict(incoming_state.metric_state)
+                tag = incoming_state._current_tag()  # on the CPU, also for a shape-only metric on meta
+            elif isinstance(incoming_state, dict):
+                states, tag = incoming_state, incoming_state.get("options_tag")
             else:
-                states = incoming_state if isinstance(incoming_state, dict) else {}
-            tag = states.get("options_tag")
-            shape_only = isinstance(tag, Tensor) and "meta" in (tag.device.type, self.options_tag.device.type)
+                return super().merge_state(incoming_state)  # torchmetrics' refusal of anything else
+            shape_only = isinstance(tag, Tensor) and tag.device.type == "meta"  # a dict of meta states: no values
             cast = isinstance(tag, Tensor) and tag.dtype != torch.int64
-            own = None if self.options_tag.device.type == "meta" else self.options_tag.tolist()
-            if isinstance(tag, Tensor) and not shape_only and (
-                cast or tag.numel() != len(own) or _without_settings(tag.tolist()) != _without_settings(own)
-            ):
-                refusal, adopted = self._checkpoint_check(states.get, action="merge", fix="")
-                if refusal is None and adopted:  # a value a checkpoint would give this metric: not the same stream
-                    values = self._option_values()
-                    refusal = (f"was made with {_describe(adopted)}; this metric has "
-                               f"{_describe({name: values[name] for name in adopted})}")
-                elif refusal is None:  # the same options, in an earlier version's tag (or one cast by its set_dtype)
-                    earlier = f"an options tag in {tag.dtype}" if cast else "an earlier version's options tag"
-                    refusal = (f"has {earlier}: load its states into a metric of this version (load_state_dict), "
-                               f"then merge that metric")
-                raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
+            own = self._current_tag().tolist()
+            if not shape_only:  # the options, then every state in this metric's shape, before any state is added
+                refusal, adopted = self._checkpoint_check(
+                    lambda name: tag if name == "options_tag" else states.get(name), action="merge", fix=""
+                )
+                if refusal is None and (
+                    cast or tag.numel() != len(own) or _without_settings(tag.tolist()) != _without_settings(own)
+                ):
+                    if adopted:  # a value a checkpoint would give this metric: not the same stream
+                        values = self._option_values()
+                        refusal = (f"was made with {_describe(adopted)}; this metric has "
+                                   f"{_describe({name: values[name] for name in adopted})}")
+                    else:  # the same options, in an earlier version's tag (or one cast by its set_dtype)
+                        earlier = f"an options tag in {tag.dtype}" if cast else "an earlier version's options tag"
+                        refusal = (f"has {earlier}: load its states into a metric of this version "
+                                   f"(load_state_dict), then merge that metric")
+                if refusal is not None:
+                    raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
             if getattr(self, "num_bootstrap", 0):
                 raise ValueError(
                     f"{type(self).__name__} with num_bootstrap={self.num_bootstrap} cannot merge another metric's "
@@ -415,11 +437,21 @@ class TaggedMetric(Metric):
                     f"replicates would not be independent. Feed every batch to one metric (across processes, DDP "
                     f"keeps the ranks' weights apart)."
                 )
-            super().merge_state(incoming_state)
+            here = self.options_tag.device
+            elsewhere = {value.device for value in states.values() if isinstance(value, Tensor)} - {here}
+            if elsewhere and "meta" in {device.type for device in elsewhere | {here}}:
+                ours, theirs = str(here), ", ".join(sorted(map(str, elsewhere)))
+                raise ValueError(
+                    f"{type(self).__name__} on {ours} cannot merge states on {theirs}: a metric on meta holds its "
+                    f"states' shapes, not their values. Merge two metrics that hold values (a metric moved to meta "
+                    f"gets fresh states on a device with `metric.to_empty(device=...)`), or two on meta."
+                )
+            # torchmetrics' merge (the class and options are checked above), on this metric's device
+            super().merge_state({name: _moved(value, here) for name, value in states.items()})
             self._own_states()  # each state in its own dtype (a float64 sum added into a float32 one gives float64)
             self._states_changed(incoming_state._update_count if isinstance(incoming_state, Metric) else 1)
-            if own is not None:  # this metric's settings (the tags' maximum may mix the two metrics' settings)
-                self.options_tag = torch.tensor(own, dtype=torch.int64, device=self.options_tag.device)
+            if here.type != "meta":  # this metric's settings (the tags' maximum may mix the two metrics' settings)
+                self.options_tag = torch.tensor(own, dtype=torch.int64, device=here)
 
     def _load_from_state_dict(
         self,
@@ -538,6 +570,30 @@ def _call_refusal(metric: Metric, args: tuple, kwargs: dict, call: str) -> Optio
             )
         return TypeError(message)
     return None
+
+
+def _note_refusal(metric: "TaggedMetric", err: BaseException) -> None:
+    """Add to a batch's refusal (a ``TypeError`` or ``ValueError``) a note of the metric that refused it, shown below
+    the message in the traceback: in a ``MetricCollection`` the message alone does not tell which member refused,
+    and the members torchmetrics updated before it have added the batch."""
+    if not isinstance(err, (TypeError, ValueError)) or any("refused by" in n for n in getattr(err, "__notes__", ())):
+        return
+    who = f"{type(metric).__name__}({_describe(metric._option_values())})"
+    frame = inspect.currentframe()
+    while frame is not None and not isinstance(frame.f_locals.get("self"), MetricCollection):
+        frame = frame.f_back
+    names = list(frame.f_locals["self"]._modules) if frame is not None else []
+    mine = [name for name in names if frame.f_locals["self"]._modules[name] is metric]
+    if not mine:
+        err.add_note(f"(refused by {who}: its states are as before this batch)")
+        return
+    before = ", ".join(f"{name!r}" for name in names[: names.index(mine[0])])
+    note = f"(refused by the MetricCollection's member {mine[0]!r}, {who}: its states are as before this batch)"
+    if before:  # torchmetrics updates the members one after another (with compute groups, the first of each)
+        note += (f" The members before it ({before}) have added the batch, so the members now hold different "
+                 f"batches: reset the collection before computing from it, and give every member the options the "
+                 f"batch needs.")
+    err.add_note(note)
 
 
 def _first_argument(metric: Metric, args: tuple, kwargs: dict) -> Tuple[str, Any]:
