@@ -140,6 +140,21 @@ def test_compare_checks_the_options_as_score_does(two_systems):
     assert "--where usage=Secret selects no row" in cli_error("compare", *files, folder / "b.csv", "--where", "usage=Secret")
 
 
+def test_one_prediction_row_outside_the_selection_is_one_row(tmp_path):
+    fnames, scores, target = arrays(9, num_rows=12)
+    usage = ["Public"] * 11 + ["Private"]
+    challenge_truth(fnames, target, usage=usage).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores).to_csv(tmp_path / "a.csv", index=False)
+    submission(fnames, scores[:, ::-1]).to_csv(tmp_path / "b.csv", index=False)
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "a.csv", "--where", "usage=Public")
+    assert code == 0, err
+    assert f"predictions  {tmp_path / 'a.csv'} (1 row outside the selection ignored)\n" in out
+    code, out, err = cli("compare", tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "b.csv", "--where",
+                         "usage=Public", "--bootstrap", "20")
+    assert code == 0, err
+    assert f"B            {tmp_path / 'b.csv'} (1 row outside the selection ignored)\n" in out
+
+
 def test_compare_report_names_the_files_and_says_replicates(two_systems):
     folder = two_systems[0]
     code, out, err = cli("compare", folder / "truth.csv", folder / "a.csv", folder / "b.csv", "--bootstrap", "150",
@@ -406,7 +421,8 @@ def test_tie_causes_of_scores_that_are_all_infinite_blame_no_rounding():
     scores = np.array([[np.inf, np.inf, -np.inf], [-np.inf, np.inf, -np.inf]])
     target = np.array([[1, 0, 0], [0, 1, 0]])
     assert tie_causes(scores, target) == {"saturated_tied_label_count": 0, "score_decimals": None,
-                                          "score_significant_digits": None, "ranks_nothing": False}
+                                          "score_significant_digits": None, "ranks_nothing": False,
+                                          "tie_orders_matter": True}  # +inf ties +inf: a positive and a negative
     assert tie_causes(np.array([[np.inf, 2.0, 2.0]]), np.array([[0, 1, 0]]))["score_decimals"] == 0
 
 
@@ -478,6 +494,35 @@ def test_tie_block_on_scores_rounded_to_significant_digits_advises_every_digit(t
     submission(fnames, exact).to_csv(tmp_path / "exact.csv", index=False)
     ties = cli_json("score", tmp_path / "truth.csv", tmp_path / "exact.csv")["ties"]
     assert (ties["score_decimals"], ties["score_significant_digits"]) == (None, None)
+
+
+def test_tie_block_where_positives_tie_only_positives_says_the_ties_change_nothing(tmp_path):
+    # A confident model's float32 sigmoids: every positive saturates at 1.0, every negative stays below. The
+    # positives tie each other only, so no order of the ties moves a precision: no cause, no advice.
+    fnames, _, target = arrays(6)
+    rng = np.random.default_rng(6)
+    logits = np.where(target == 1, 20 + 5 * rng.random(target.shape), -2 + 3 * rng.standard_normal(target.shape))
+    probabilities = torch.sigmoid(torch.from_numpy(logits).float()).numpy()
+    assert (probabilities[target == 1] == 1.0).all() and (probabilities[target == 0] < 1.0).all()
+    wide_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, probabilities).to_csv(tmp_path / "sigmoids.csv", index=False)  # as pandas writes float32
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "sigmoids.csv")
+    assert code == 0, err
+    tied = int(sum(t.sum() for t in target if t.sum() > 1))  # rows with two or more positives tie them at 1.0
+    assert f"ties         {tied} of {int(target.sum())} positive labels" in out
+    assert "max 1.000000, expected 1.000000, 1.000000 to 1.000000 over tie orders" in out
+    assert "effect       none: each positive ties only other positives (or unknown labels)" in out
+    assert "cause" not in out and "advice" not in out
+    ties = cli_json("score", tmp_path / "truth.csv", tmp_path / "sigmoids.csv")["ties"]
+    assert ties["tie_orders_matter"] is False and ties["lwlrap_worst"] == ties["lwlrap_best"] == 1.0
+    # one negative saturated beside a positive: now the order matters, and the block says why and what to do
+    row = int(np.flatnonzero(target.sum(axis=1) >= 1)[0])
+    probabilities[row, int(np.flatnonzero(target[row] == 0)[0])] = 1.0
+    submission(fnames, probabilities).to_csv(tmp_path / "sigmoids.csv", index=False)
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "sigmoids.csv")
+    assert code == 0 and "effect" not in out and "advice       score the logits" in out
+    ties = cli_json("score", tmp_path / "truth.csv", tmp_path / "sigmoids.csv")["ties"]
+    assert ties["tie_orders_matter"] is True and ties["lwlrap_worst"] < ties["lwlrap_best"]
 
 
 def test_tie_block_on_saturated_probabilities_advises_the_logits(tmp_path):

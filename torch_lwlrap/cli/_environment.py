@@ -29,7 +29,7 @@ __all__ = [
 
 #: Printed on stderr, once, when numba starts compiling a kernel (an empty or stale cache); never on a warm cache.
 COMPILE_NOTICE = (
-    "torch-lwlrap: compiling the CPU kernels for this environment (about half a minute on 2 cores, once: numba "
+    "torch-lwlrap: compiling the CPU kernels for this environment (half a minute to a minute on 2 cores, once: numba "
     "caches them on disk for later runs)..."
 )
 

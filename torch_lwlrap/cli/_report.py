@@ -340,8 +340,7 @@ def format_report(
     if score.where:
         conditions = " and ".join(f"{column}={value}" for column, value in score.where)
         lines.append(summary_line("where", f"{conditions}: {score.num_samples} of {score.truth_rows} truth rows"))
-    ignored = f" ({score.ignored_pred_rows} rows outside the selection ignored)" if score.ignored_pred_rows else ""
-    lines.append(summary_line("predictions", pred_path + ignored))
+    lines.append(summary_line("predictions", pred_path + ignored_rows_note(score.ignored_pred_rows)))
     if score.vocabulary is not None:
         lines.append(summary_line("vocabulary", f"{score.vocabulary} (every class, no other)"))
     classes = str(len(score.classes))
@@ -368,6 +367,11 @@ def format_report(
         if block:
             lines += [""] + block
     return "\n".join(lines)
+
+
+def ignored_rows_note(rows: int) -> str:
+    """What follows a prediction file's name where ``--where`` left rows of it out ("" where it left none)."""
+    return f" ({rows} row{'' if rows == 1 else 's'} outside the selection ignored)" if rows else ""
 
 
 def _unlabelled_note(rows: int) -> str:

@@ -19,6 +19,7 @@ from torch_lwlrap.cli._inputs import Inputs, add_input_options, input_options, r
 from torch_lwlrap.cli._report import (
     check_bootstrap_args,
     check_plot_target,
+    ignored_rows_note,
     labels_summary,
     level_name,
     no_interval_reason,
@@ -202,8 +203,7 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
         )
     for system in ("a", "b"):
         ignored = selection["ignored_prediction_rows"][system] if selection else 0
-        note = f" ({ignored} rows outside the selection ignored)" if ignored else ""
-        lines.append(summary_line(system.upper(), file_name(result[system]) + note))
+        lines.append(summary_line(system.upper(), file_name(result[system]) + ignored_rows_note(ignored)))
     if result.get("vocabulary") is not None:
         lines.append(summary_line("vocabulary", f"{result['vocabulary']} (every class, no other)"))
     lines += [

@@ -175,7 +175,8 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     probability (saturated), and the fewest decimals every score is written with (rounded), None beyond 6; and the
     fewest significant digits (``%.2e``, ``%g``) where those are fewer than the decimals or the decimals are beyond
     6 (``%.1e`` of probabilities above 1e-5 has at most 6 decimals, but 2 digits tell how coarse it is), else None;
-    and whether each row's ranked scores are one value (``ranks_nothing``: no row orders any label).
+    and whether each row's ranked scores are one value (``ranks_nothing``: no row orders any label); and whether a
+    positive label ties a negative one (``tie_orders_matter``: else every order of the ties gives the same precisions).
 
     Unknown labels (:data:`UNKNOWN_TARGET`) are not ranked, so they tie nothing.
 
@@ -194,6 +195,8 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     tied = np.empty_like(tied_in_order)
     np.put_along_axis(tied, order, tied_in_order, axis=1)
     tied_positive = tied & (target == 1)
+    ordered_target = np.take_along_axis(target, order, axis=1)  # in a run of equal scores: 0 and 1 (unknowns are NaN)
+    orders_matter = bool((equal & (ordered_target[:, 1:] != ordered_target[:, :-1])).any())
     values = ranked[~np.isnan(ranked)]
     probabilities = values.size > 0 and values.min() >= 0.0 and values.max() <= 1.0
     saturated = int((tied_positive & ((scores == 0.0) | (scores == 1.0))).sum()) if probabilities else 0
@@ -209,7 +212,7 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     low, high = np.fmin.reduce(ranked, axis=1), np.fmax.reduce(ranked, axis=1)
     ranks_nothing = bool(values.size) and bool(((low == high) | np.isnan(low)).all())
     return {"saturated_tied_label_count": saturated, "score_decimals": decimals, "score_significant_digits": digits,
-            "ranks_nothing": ranks_nothing}
+            "ranks_nothing": ranks_nothing, "tie_orders_matter": orders_matter}
 
 
 def tie_section(score: Score) -> list:
@@ -230,6 +233,11 @@ def tie_section(score: Score) -> list:
             f"{report['lwlrap_worst']:.6f} to {report['lwlrap_best']:.6f} over tie orders",
         ),
     ]
+    if not report.get("tie_orders_matter", True):  # no order of the ties changes lwlrap (nor LRAP)
+        lines.append(summary_line(
+            "effect", "none: each positive ties only other positives (or unknown labels), so every tie order gives "
+                      "the same lwlrap"))
+        return lines
     advice = []
     every_digit = "write the scores with every digit (pandas' to_csv does unless given float_format=)"
     decimals = report.get("score_decimals")
