@@ -272,7 +272,7 @@ def test_a_checkpoint_with_a_state_dropped_is_refused_as_incomplete():
         loader.load_state_dict(saved)
     message = str(info.value)
     assert "checkpoint has no state 'bootstrap_lwlrap_samples', which this metric (" in message, message
-    assert "the state dict is incomplete; load the whole `state_dict()`" in message, message
+    assert "the states are incomplete; load the whole `state_dict()`" in message, message
     assert "create the metric with the checkpoint's options" not in message, message
     assert all(torch.equal(before[name], value) for name, value in loader.metric_state.items())
 
@@ -1179,8 +1179,17 @@ def test_merge_state_checks_a_meta_metric_s_options_and_refuses_mixing_meta_and_
     with pytest.raises(ValueError, match=r"records no options \(the states have no 'options_tag', which every "
                                          r"torch_lwlrap metric's `metric_state` carries\).*states\['options_tag'\] = "):
         fed.merge_state({name: value for name, value in fed.metric_state.items() if name != "options_tag"})
-    with pytest.raises(ValueError, match=r"has no state 'label_count'"):
+    with pytest.raises(ValueError, match=r"has no state 'label_count'.*merge its whole `metric_state`"):
         fed.merge_state({name: value for name, value in fed.metric_state.items() if name != "label_count"})
+    # a dict of meta states has no options to read, but its states must still be this metric's, in its shapes
+    shapes = MultilabelLWLRAP(C).to("meta")
+    with pytest.raises(ValueError, match=rf"their metric has state 'precision_sum' of shape \({C + 1},\), this "
+                                         rf"metric \({C},\)"):
+        shapes.merge_state(dict(MultilabelLWLRAP(C + 1).to("meta").metric_state))
+    with pytest.raises(ValueError, match=r"their metric keeps states this metric does not \('lrap_sum', 'weight_sum'\): "
+                                         r"they are another metric's"):
+        shapes.merge_state(dict(MultilabelLRAP(C).to("meta").metric_state))
+    shapes.merge_state(dict(MultilabelLWLRAP(C).to("meta").metric_state))
     assert all(torch.equal(getattr(fed, key), state) for key, state in before.items())
     fed.merge_state(fed)  # the refusals changed nothing: the metric merges (doubles) as before
     assert torch.equal(fed.label_count, 2 * before["label_count"])

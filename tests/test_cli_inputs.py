@@ -511,7 +511,7 @@ def test_tie_block_where_positives_tie_only_positives_says_the_ties_change_nothi
     tied = int(sum(t.sum() for t in target if t.sum() > 1))  # rows with two or more positives tie them at 1.0
     assert f"ties         {tied} of {int(target.sum())} positive labels" in out
     assert "max 1.000000, expected 1.000000, 1.000000 to 1.000000 over tie orders" in out
-    assert "effect       none: each positive ties only other positives (or unknown labels)" in out
+    assert "effect       none: each tied positive ties only other positives (or unknown labels), with no " in out
     assert "cause" not in out and "advice" not in out
     ties = cli_json("score", tmp_path / "truth.csv", tmp_path / "sigmoids.csv")["ties"]
     assert ties["tie_orders_matter"] is False and ties["lwlrap_worst"] == ties["lwlrap_best"] == 1.0
@@ -523,6 +523,21 @@ def test_tie_block_where_positives_tie_only_positives_says_the_ties_change_nothi
     assert code == 0 and "effect" not in out and "advice       score the logits" in out
     ties = cli_json("score", tmp_path / "truth.csv", tmp_path / "sigmoids.csv")["ties"]
     assert ties["tie_orders_matter"] is True and ties["lwlrap_worst"] < ties["lwlrap_best"]
+
+
+def test_tied_positives_below_a_negative_keep_the_tie_block_s_advice(tmp_path):
+    # Two positives tied with each other only, below a negative: every order gives the same lwlrap (0.722222), but
+    # `max` gives both the group's last place (0.777778), so the rule matters and --ties expected is advised.
+    (tmp_path / "truth.csv").write_text('fname,labels\nx.wav,"b,c"\ny.wav,a\n')
+    (tmp_path / "pred.csv").write_text("fname,a,b,c,d\nx.wav,0.9,0.5,0.5,0.1\ny.wav,0.9,0.5,0.2,0.1\n")
+    target = np.array([[0, 1, 1, 0], [1, 0, 0, 0]])
+    scores = np.array([[0.9, 0.5, 0.5, 0.1], [0.9, 0.5, 0.2, 0.1]])
+    ties = cli_json("score", tmp_path / "truth.csv", tmp_path / "pred.csv")["ties"]
+    assert ties["tie_orders_matter"] is True
+    assert ties["lwlrap_max"] == pytest.approx(naive_lwlrap(scores, target, "max"), abs=1e-12)  # 7 / 9
+    assert ties["lwlrap_worst"] == ties["lwlrap_best"] == pytest.approx(naive_lwlrap(scores, target, "expected"))
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "pred.csv")
+    assert code == 0 and "effect" not in out and "--ties expected gives the mean over tie orders" in out
 
 
 def test_tie_block_on_saturated_probabilities_advises_the_logits(tmp_path):

@@ -316,8 +316,9 @@ MISTAKES = {
     "-1 written into uint8 labels": (
         lambda p, y: (p, y.to(torch.uint8).masked_fill(torch.eye(*y.shape, dtype=torch.bool), -1)), ValueError,
         r"found the values \[255\]: `target` is uint8, which holds no negative value: -1 written into it is stored "
-        r"as 255\. If these values mark unknown labels, pass `ignore_index=255`, or mark them in a signed dtype "
-        r"\(`target.to\(torch.int64\)` first\) and pass `ignore_index=-1`",
+        r"as 255\. If these values mark unknown labels, pass `ignore_index=255`, or keep the labels in a signed dtype "
+        r"and pass `ignore_index=-1`: `target.to\(torch.int64\).masked_fill\(target == 255, -1\)` \(or convert before "
+        r"marking\)",
     ),
     "-100 written into uint8 labels": (
         lambda p, y: (p, y.to(torch.uint8).masked_fill(torch.eye(*y.shape, dtype=torch.bool), -100)), ValueError,
@@ -348,6 +349,20 @@ def test_a_new_users_mistakes_get_the_fix_and_leave_the_metric_alone(mistake):
         torch_lwlrap.multilabel_lwlrap(preds, target)
     assert all(torch.equal(before[name], value) for name, value in metric.metric_state.items())
     assert metric.compute().item() == pytest.approx(torch_lwlrap.multilabel_lwlrap(logits, labels).item(), abs=1e-12)
+
+
+def test_both_fixes_of_minus_one_written_into_uint8_labels_score_as_the_signed_marks():
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(8, 5, generator=g)
+    labels = (torch.rand(8, 5, generator=g) < 0.4).long()
+    labels[:, 0] = 1
+    unknown = torch.rand(8, 5, generator=g) < 0.2
+    unknown[:, 0] = False
+    expected = torch_lwlrap.multilabel_lwlrap(logits, labels.masked_fill(unknown, -1), ignore_index=-1)
+    target = labels.to(torch.uint8).masked_fill(unknown, -1)  # stored as 255
+    assert torch_lwlrap.multilabel_lwlrap(logits, target, ignore_index=255) == expected
+    signed = target.to(torch.int64).masked_fill(target == 255, -1)  # the message's other fix, as written there
+    assert torch_lwlrap.multilabel_lwlrap(logits, signed, ignore_index=-1) == expected
 
 
 def _ltr_calls(logits, y) -> Dict[str, object]:
@@ -543,7 +558,7 @@ def test_sample_weight_errors_name_the_values_and_the_first_place(bad, call):
     shown = "nan" if math.isnan(bad) else repr(bad)
     with pytest.raises(ValueError, match=rf"^Argument `sample_weight` must be non-negative and finite, but found the "
                                          rf"values \[{shown}\] \(first at index \(2,\)\): give each sample a weight "
-                                         rf"of 0 or more \(0 leaves it out\)\.(\n\(refused by .*\))?$"):
+                                         rf"of 0 or more \(0 leaves it out\)\.(\n\(raised by .*\))?$"):
         calls[call]()
 
 

@@ -72,8 +72,9 @@ def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: O
         fix = (
             f"`target` is {str(target.dtype).replace('torch.', '')}, which holds no negative value: "
             f"{stored - 2 ** bits} written into it is stored as {stored}. If these values mark unknown labels, pass "
-            f"`ignore_index={stored}`, or mark them in a signed dtype (`target.to(torch.int64)` first) and pass "
-            f"`ignore_index={stored - 2 ** bits}`"
+            f"`ignore_index={stored}`, or keep the labels in a signed dtype and pass "
+            f"`ignore_index={stored - 2 ** bits}`: `target.to(torch.int64).masked_fill(target == {stored}, "
+            f"{stored - 2 ** bits})` (or convert before marking)"
         )
     elif fractional and bool(known.all()) and preds.numel():  # scores in target, labels in preds
         fix = f"`preds` holds only 0 and 1: the arguments look swapped, pass the scores first, {user_call()}"

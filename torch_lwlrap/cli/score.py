@@ -176,7 +176,8 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     fewest significant digits (``%.2e``, ``%g``) where those are fewer than the decimals or the decimals are beyond
     6 (``%.1e`` of probabilities above 1e-5 has at most 6 decimals, but 2 digits tell how coarse it is), else None;
     and whether each row's ranked scores are one value (``ranks_nothing``: no row orders any label); and whether a
-    positive label ties a negative one (``tie_orders_matter``: else every order of the ties gives the same precisions).
+    positive label ties a negative one or a negative scores above a tied positive (``tie_orders_matter``: else every
+    tie rule and order gives each positive the same precision, 1 for a tied one).
 
     Unknown labels (:data:`UNKNOWN_TARGET`) are not ranked, so they tie nothing.
 
@@ -195,8 +196,13 @@ def tie_causes(scores: np.ndarray, target: np.ndarray) -> Dict[str, object]:
     tied = np.empty_like(tied_in_order)
     np.put_along_axis(tied, order, tied_in_order, axis=1)
     tied_positive = tied & (target == 1)
+    # Tie orders change a precision where a positive ties a negative, or where a negative scores above a tied
+    # positive (its precision then depends on its place in its group: `max` gives each the group's last place).
     ordered_target = np.take_along_axis(target, order, axis=1)  # in a run of equal scores: 0 and 1 (unknowns are NaN)
-    orders_matter = bool((equal & (ordered_target[:, 1:] != ordered_target[:, :-1])).any())
+    negatives_above = np.cumsum((ordered_target == 0)[:, ::-1], axis=1)[:, ::-1]  # at or above each place (ascending)
+    orders_matter = bool((equal & (ordered_target[:, 1:] != ordered_target[:, :-1])).any()) or bool(
+        (tied_in_order & (ordered_target == 1) & (negatives_above > 0)).any()
+    )
     values = ranked[~np.isnan(ranked)]
     probabilities = values.size > 0 and values.min() >= 0.0 and values.max() <= 1.0
     saturated = int((tied_positive & ((scores == 0.0) | (scores == 1.0))).sum()) if probabilities else 0
@@ -235,8 +241,8 @@ def tie_section(score: Score) -> list:
     ]
     if not report.get("tie_orders_matter", True):  # no order of the ties changes lwlrap (nor LRAP)
         lines.append(summary_line(
-            "effect", "none: each positive ties only other positives (or unknown labels), so every tie order gives "
-                      "the same lwlrap"))
+            "effect", "none: each tied positive ties only other positives (or unknown labels), with no negative "
+                      "above them, so every tie rule and order gives the same lwlrap"))
         return lines
     advice = []
     every_digit = "write the scores with every digit (pandas' to_csv does unless given float_format=)"

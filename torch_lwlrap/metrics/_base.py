@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric, MetricCollection
+from torchmetrics import Metric
 from torchmetrics.utilities.distributed import gather_all_tensors
 
 from torch_lwlrap._checks import check_batch, check_flag
 from torch_lwlrap._engine_config import eager_only
+from torch_lwlrap.metrics._calls import _call_refusal, _check_device, _first_argument, _note_refusal
 from torch_lwlrap.metrics._tags import (
     _SUM_DTYPES,
     PREVIOUS_LAYOUT,
@@ -380,20 +380,25 @@ class TaggedMetric(Metric):
                 f"was made with {_describe({n: theirs[n] for n in differ})}; this metric has "
                 f"{_describe({n: ours[n] for n in differ})}{fix}"
             ), {}
-        # The options agree: the states must be there, with this metric's shapes.
+        return self._states_refusal(saved, action, fix), adopted  # the options agree: the states must be there
+
+    def _states_refusal(self, saved: Callable[[str], Any], action: str = "load", fix: str = _FIX) -> Optional[str]:
+        """Why the states ``saved(name)`` gives cannot be loaded or merged here whatever their options (None if they
+        can): a state this metric keeps is missing, or has another shape."""
         for name, default in self._defaults.items():
             if name == "options_tag":
                 continue
             value = saved(name)
             if value is None:
+                whole = "the whole `state_dict()` the metric wrote" if action == "load" else "its whole `metric_state`"
                 return (
-                    f"has no state {name!r}, which this metric ({_describe(ours)}) keeps with the others: the state "
-                    f"dict is incomplete; load the whole `state_dict()` the metric wrote, every entry of it"
-                ), {}
+                    f"has no state {name!r}, which this metric ({_describe(self._option_values())}) keeps with the "
+                    f"others: the states are incomplete; {action} {whole}, every entry of it"
+                )
             if not isinstance(value, Tensor) or value.shape != default.shape:
                 shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{fix}", {}
-        return None, adopted
+                return f"has state {name!r} of shape {shape}, this metric {tuple(default.shape)}{fix}"
+        return None
 
     if hasattr(Metric, "merge_state"):  # a torchmetrics of late 2024 on; with an older one metrics have none
 
@@ -427,8 +432,12 @@ class TaggedMetric(Metric):
                         earlier = f"an options tag in {tag.dtype}" if cast else "an earlier version's options tag"
                         refusal = (f"has {earlier}: load its states into a metric of this version "
                                    f"(load_state_dict), then merge that metric")
-                if refusal is not None:
-                    raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
+            else:  # a dict of states on meta: no options to read, but every state this metric's, in its shape
+                foreign = ", ".join(repr(name) for name in states if name not in self._defaults)
+                refusal = (f"keeps states this metric does not ({foreign}): they are another metric's" if foreign
+                           else self._states_refusal(states.get, action="merge", fix=""))
+            if refusal is not None:
+                raise ValueError(f"{type(self).__name__} cannot merge these states: their metric {refusal}.")
             if getattr(self, "num_bootstrap", 0):
                 raise ValueError(
                     f"{type(self).__name__} with num_bootstrap={self.num_bootstrap} cannot merge another metric's "
@@ -531,88 +540,6 @@ def _class_with_code(code: int) -> Optional[str]:
 
 
 # Helpers every metric's update, forward and compute share.
-
-
-@functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
-def _update_signature(cls: type) -> inspect.Signature:
-    """The arguments ``update`` takes (the class's own function: torchmetrics wraps each instance's); where
-    ``update`` passes ``*args`` on to ``_sums`` (the rank-agreement metrics), those of ``_sums``."""
-    signature = inspect.signature(cls.update)
-    passes_on = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values())
-    return inspect.signature(cls._sums) if passes_on and hasattr(cls, "_sums") else signature
-
-
-def _call_refusal(metric: Metric, args: tuple, kwargs: dict, call: str) -> Optional[TypeError]:
-    """The error for a call (``call``: ``metric`` or ``metric.update``) whose arguments the metric's
-    ``update`` cannot take: it names the metric (in a collection the user cannot tell which refused), the arguments
-    ``update`` takes and a keyword it does not; None where the arguments fit."""
-    signature = _update_signature(type(metric))
-    try:
-        signature.bind(metric, *args, **kwargs)
-    except TypeError as err:
-        parameters = [(name, p) for name, p in signature.parameters.items() if name != "self"]
-        arguments = ", ".join(
-            name if parameter.default is inspect.Parameter.empty else f"{name}={parameter.default!r}"
-            for name, parameter in parameters
-        )
-        unknown = [f"`{name}`" for name in kwargs if name not in signature.parameters]
-        reason = f"it names {', '.join(unknown)}, which `update` does not take" if unknown else str(err)
-        takes = f"`metric.update({arguments})`"
-        takes = takes if call == "metric.update" else f"the arguments of {takes}"
-        message = f"{type(metric).__name__}: `{call}(...)` takes {takes}, but this call does not fit them ({reason})."
-        second = parameters[1][0] if len(parameters) > 1 else "target"
-        # `target` named, or no keyword at all (a MetricCollection passes on only the keywords update takes)
-        if second != "target" and len(args) < 2 and second not in kwargs and ("target" in kwargs or not kwargs):
-            message += (
-                f" Its second argument is `{second}` (not torchmetrics' `target`): pass both by position, "
-                f"`{call}(preds, y)` (in a MetricCollection, `collection(preds, y)`)."
-            )
-        return TypeError(message)
-    return None
-
-
-def _note_refusal(metric: "TaggedMetric", err: BaseException) -> None:
-    """Add to a batch's refusal (a ``TypeError`` or ``ValueError``) a note of the metric that refused it, shown below
-    the message in the traceback: in a ``MetricCollection`` the message alone does not tell which member refused,
-    and the members torchmetrics updated before it have added the batch."""
-    if not isinstance(err, (TypeError, ValueError)) or any("refused by" in n for n in getattr(err, "__notes__", ())):
-        return
-    who = f"{type(metric).__name__}({_describe(metric._option_values())})"
-    frame = inspect.currentframe()
-    while frame is not None and not isinstance(frame.f_locals.get("self"), MetricCollection):
-        frame = frame.f_back
-    names = list(frame.f_locals["self"]._modules) if frame is not None else []
-    mine = [name for name in names if frame.f_locals["self"]._modules[name] is metric]
-    if not mine:
-        err.add_note(f"(refused by {who}: its states are as before this batch)")
-        return
-    before = ", ".join(f"{name!r}" for name in names[: names.index(mine[0])])
-    note = f"(refused by the MetricCollection's member {mine[0]!r}, {who}: its states are as before this batch)"
-    if before:  # torchmetrics updates the members one after another (with compute groups, the first of each)
-        note += (f" The members before it ({before}) have added the batch, so the members now hold different "
-                 f"batches: reset the collection before computing from it, and give every member the options the "
-                 f"batch needs.")
-    err.add_note(note)
-
-
-def _first_argument(metric: Metric, args: tuple, kwargs: dict) -> Tuple[str, Any]:
-    """``(name, value)`` of the batch's first argument in a call of ``metric.update`` (``preds``, ``preds_a``);
-    the arguments are not checked here (the input gate does that)."""
-    names = [name for name in _update_signature(type(metric)).parameters if name != "self"]
-    if not names:
-        return "preds", None
-    return names[0], args[0] if args else kwargs.get(names[0])
-
-
-def _check_device(metric: Metric, preds: Any, name: str = "preds") -> None:
-    """A batch's first tensor (argument ``name``) on the metric's device."""
-    device = metric.device
-    if isinstance(preds, Tensor) and preds.device != device:
-        raise ValueError(
-            f"Argument `{name}` is on {preds.device} but the state of {type(metric).__name__} is on {device}: "
-            f"move the metric with `.to({str(preds.device)!r})` or the inputs with `.to({str(device)!r})`."
-        )
 
 
 @contextlib.contextmanager

@@ -25,12 +25,8 @@ from torch_lwlrap._checks import (
     check_pair,
     check_ties,
 )
-from torch_lwlrap.metrics._base import (
-    TaggedMetric,
-    _check_device,
-    _first_argument,
-    _synced,
-)
+from torch_lwlrap.metrics._base import TaggedMetric, _synced
+from torch_lwlrap.metrics._calls import _check_device, _first_argument
 from torch_lwlrap.metrics._tags import choice_option, int_option
 from torch_lwlrap._options import CORRELATIONS, GAINS, TIES
 from torch_lwlrap.functional._ltr import (

@@ -25,11 +25,11 @@ from torch_lwlrap._checks import (
 from torch_lwlrap.stats import _bootstrap
 from torch_lwlrap.metrics._base import (
     TaggedMetric,
-    _check_device,
     _process_rank,
     _synced,
     _syncs_other_processes,
 )
+from torch_lwlrap.metrics._calls import _check_device
 from torch_lwlrap.metrics._tags import choice_option, int_option, legacy_tag
 from torch_lwlrap._ranking import TIE_SUM_RULES, TieSums
 from torch_lwlrap.functional._tie_report import TieReport, tie_sums_update
@@ -317,6 +317,7 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
             Traceback (most recent call last):
             ...
             ValueError: Expected 3 labels (`num_labels`) in dimension 1 of `preds`, but got shape (1, 2).
+            (raised by MultilabelLWLRAP(ties='max', ignore_index=None, num_labels=3, num_bootstrap=0, bootstrap_seed=None))
             >>> metric.label_count
             tensor([1, 0, 1])
         """

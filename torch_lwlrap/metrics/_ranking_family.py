@@ -26,10 +26,8 @@ from torch_lwlrap._rank_reductions import (
     finish,
     state_shapes,
 )
-from torch_lwlrap.metrics._base import (
-    TaggedMetric,
-    _check_device,
-)
+from torch_lwlrap.metrics._base import TaggedMetric
+from torch_lwlrap.metrics._calls import _check_device
 from torch_lwlrap.metrics._tags import choice_option, int_option, ints_option, legacy_tag, names_option
 from torch_lwlrap.plot import plot_values
 from torch_lwlrap.functional._ranking_family import _ranking_update
