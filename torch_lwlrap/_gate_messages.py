@@ -66,9 +66,9 @@ def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: O
     fractional = finite.is_floating_point() and bool((finite != finite.round()).any())
     bits = torch.iinfo(target.dtype).bits if not (target.is_floating_point() or target.dtype.is_signed) else 0
     # the usual marks of unknown labels (ignore_index's, or -1 and torch's -100) wrapped by an unsigned dtype
-    marks = {ignore_index % 2**bits} if ignore_index is not None and ignore_index < 0 else {2**bits - 1, 2**bits - 100}
-    if bits and set(finite.tolist()) <= marks and finite.numel() == 1:
-        stored = int(finite[0])
+    marks = (-1, -100) if ignore_index is None or ignore_index >= 0 else (ignore_index,)
+    stored = int(finite[0]) if bits and finite.numel() == 1 else None
+    if stored is not None and stored - 2**bits in marks:
         fix = (
             f"`target` is {str(target.dtype).replace('torch.', '')}, which holds no negative value: "
             f"{stored - 2 ** bits} written into it is stored as {stored}. If these values mark unknown labels, pass "
