@@ -201,6 +201,23 @@ def test_too_few_replicates_warn_and_say_how_many_the_level_needs():
         torch_lwlrap.multilabel_lwlrap_ci(preds, target, num_bootstrap=40, level=0.95)  # enough: no warning
 
 
+def test_a_level_beyond_the_largest_replicate_count_asks_for_a_lower_level_not_for_more_replicates():
+    from torch_lwlrap._options import MAX_REPLICATES
+    from torch_lwlrap.stats._bootstrap import _MAX_LEVEL, min_replicates
+
+    # 2 / (1 - level) with the level as written: 1 - 0.9999999 is 1e-7 (the float below it had asked for one more).
+    assert min_replicates(0.9999999) == 20_000_000
+    assert min_replicates(0.999) == 2000
+    # the advised level is the highest of 7 decimals that the most replicates allowed can serve
+    assert min_replicates(float(_MAX_LEVEL)) <= MAX_REPLICATES < min_replicates(float(_MAX_LEVEL) + 1e-7)
+    preds, target = make_case(8, 60, 5)
+    with pytest.warns(UserWarning, match=r"more than the 2\*\*24 \(16777216\).*level of at most 0\.9999998") as caught:
+        torch_lwlrap.multilabel_lwlrap_ci(preds, target, num_bootstrap=1000, level=0.9999999, seed=0)
+    assert "Use at least" not in str(caught[0].message)  # no advice the argument check would refuse
+    with pytest.raises(ValueError, match="at most 2\\*\\*24"):
+        torch_lwlrap.multilabel_lwlrap_ci(preds, target, num_bootstrap=20_000_000, level=0.9999999, seed=0)
+
+
 # --- a forced engine that cannot serve the tensors says so --------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from decimal import Decimal
 from typing import Optional, Tuple, Union
 
 import torch
@@ -282,11 +283,20 @@ def percentile_interval(replicates: Tensor, level: float) -> Tuple[Tensor, Tenso
     tail = (1.0 - level) / 2.0
     needed = min_replicates(level)
     if 0 < replicates.shape[0] < needed:
+        if needed <= MAX_REPLICATES:
+            fix = (
+                f"Use at least {needed} replicates (num_bootstrap, or --bootstrap/--ci on the command line); 1000 or "
+                f"more is usual."
+            )
+        else:
+            fix = (
+                f"Its tails need at least {needed} replicates, more than the 2**24 ({MAX_REPLICATES}) that can be "
+                f"drawn: use a level of at most {_MAX_LEVEL} (level, or --level on the command line)."
+            )
         warn(
             f"A {float(level)!r} percentile interval from {replicates.shape[0]} bootstrap replicate(s) is degenerate: each "
             f"tail holds {replicates.shape[0] * tail:.3g} of a replicate, so the bounds are interpolated between the "
-            f"most extreme replicates (one replicate gives an interval of width 0). Use at least {needed} replicates "
-            f"(num_bootstrap, or --bootstrap/--ci on the command line); 1000 or more is usual."
+            f"most extreme replicates (one replicate gives an interval of width 0). {fix}"
         )
     q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64, device=replicates.device)
     if replicates.shape[0] == 0:
@@ -300,10 +310,17 @@ def min_replicates(level: float) -> int:
     """The fewest replicates whose tails each hold a whole replicate at ``level``: ``ceil(2 / (1 - level))``.
 
     Example:
-        >>> min_replicates(0.95), min_replicates(0.9), min_replicates(0.99)
-        (40, 20, 200)
+        >>> min_replicates(0.95), min_replicates(0.9), min_replicates(0.99), min_replicates(0.9999999)
+        (40, 20, 200, 20000000)
+
+    The level is read as the decimal it was written as (``repr``), so that ``1 - 0.9999999`` is ``1e-7``, not the
+    float just below it.
     """
-    return math.ceil(round(2.0 / (1.0 - level), 9))
+    return math.ceil(2 / (1 - Decimal(repr(float(level)))))
+
+
+#: The highest level, to 7 decimals, whose tails each hold a whole replicate of :data:`MAX_REPLICATES`.
+_MAX_LEVEL = "0.9999998"
 
 
 def paired_p_value(difference_replicates: Tensor) -> Tensor:
