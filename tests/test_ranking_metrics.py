@@ -634,3 +634,26 @@ def test_grad_carrying_scores_and_states_made_in_inference_mode():
         metric = MultilabelRankingMetrics(6, k=2, ignore_index=-1)
     metric.update(logits, target, sample_weight=weight)
     assert_value(metric.compute(), reference_value("all", preds, target, weight), "after inference mode")
+
+
+@pytest.mark.parametrize("engine", ["sort", "count", "numba"])
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+def test_ranking_loss_of_a_row_with_more_wrong_pairs_than_an_int32_holds(engine, ties):
+    """100,000 labels, half positive: up to 2.5e9 (positive, negative) pairs in one row, past 2**31 - 1."""
+    num_labels = 100_000
+    rng = np.random.default_rng(24)
+    worst = -np.arange(num_labels, dtype=np.float32)  # every positive below every negative
+    y = np.zeros((2, num_labels), dtype=np.int64)
+    y[:, num_labels // 2 :] = 1
+    # no ties (positives' scores end in .5), so every tie rule is scikit-learn's; positives pushed down
+    mixed = (rng.permutation(num_labels) - 60_000.5 * y[1]).astype(np.float32)
+    s = np.stack([worst, mixed])
+    preds, target = torch.from_numpy(s), torch.from_numpy(y)
+    want = sklearn_metrics.label_ranking_loss(y, s)
+    assert sklearn_metrics.label_ranking_loss(y[:1], s[:1]) == 1.0  # the reference itself, on the worst row
+    assert sklearn_metrics.label_ranking_loss(y[1:], s[1:]) * (num_labels // 2) ** 2 > 2**31  # the mixed row too
+    with use_engine(engine):
+        close(multilabel_ranking_loss(preds, target, ties=ties), want)
+        metric = MultilabelRankingMetrics(num_labels, ties=ties)
+        metric.update(preds, target)
+        close(metric.compute()["ranking_loss"], want)

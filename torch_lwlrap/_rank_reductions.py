@@ -275,7 +275,7 @@ def _ordered_values(
         out["worst"] = per_sample(rank, "amax", 0).to(f64)
     if "ranking_loss" in metrics:
         # rank - L: the negatives ranked at or above the positive ("max") or strictly ahead of it ("index").
-        out["wrong"] = per_sample(rank - hits).to(f64)
+        out["wrong"] = per_sample((rank - hits).to(torch.int64)).to(f64)  # int32 ranks: a row can pass 2**31 pairs
     wanted = spec.retrieval if "retrieval" in metrics else ()
     best = None
     if "one_error" in metrics or any(name in wanted for name in ("hit", "rr")):
