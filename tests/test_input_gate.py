@@ -324,6 +324,9 @@ MISTAKES = {
         lambda p, y: (p, y.to(torch.uint8).masked_fill(torch.eye(*y.shape, dtype=torch.bool), -100)), ValueError,
         r"-100 written into it is stored as 156\. If these values mark unknown labels, pass `ignore_index=156`",
     ),
+    "uint16 labels": (lambda p, y: (p, y.to(torch.uint16)), TypeError,
+                      r"`target` has dtype torch.uint16, which torch cannot compare or reduce yet: convert the labels "
+                      r"with `target.long\(\)`"),
     "soft labels": (lambda p, y: (p, y.float() * 0.9), ValueError, r"\[0\.9\]: soft labels .*`target > 0\.5`.*multilabel_ndcg"),
     "numpy scores": (lambda p, y: (p.numpy(), y), TypeError, r"got ndarray: convert it with `torch.as_tensor\(preds\)`"),
     "one sample, 1-D": (lambda p, y: (p[0], y[0]), ValueError, r"shape \(5,\): for a single sample, pass `preds.unsqueeze\(0\)`"),
@@ -363,6 +366,41 @@ def test_both_fixes_of_minus_one_written_into_uint8_labels_score_as_the_signed_m
     assert torch_lwlrap.multilabel_lwlrap(logits, target, ignore_index=255) == expected
     signed = target.to(torch.int64).masked_fill(target == 255, -1)  # the message's other fix, as written there
     assert torch_lwlrap.multilabel_lwlrap(logits, signed, ignore_index=-1) == expected
+
+
+@pytest.mark.parametrize("name", ["uint16", "uint32", "uint64"])
+def test_labels_and_weights_in_unsigned_dtypes_torch_cannot_compare_get_the_conversion(name):
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(9, NUM_CLASSES, generator=g)
+    labels = (torch.rand(9, NUM_CLASSES, generator=g) < 0.4).long()
+    labels[:, 0] = 1
+    wide = labels.to(getattr(torch, name))
+    tl = torch_lwlrap
+    takes_labels = [  # every public function and metric taking 0/1 labels
+        tl.multilabel_lwlrap, tl.multilabel_lwlrap_per_class, tl.multilabel_lrap, tl.tie_report,
+        lambda p, y: tl.multilabel_lwlrap_ci(p, y, num_bootstrap=50), lambda p, y: tl.multilabel_lrap_ci(p, y),
+        lambda p, y: tl.compare_lwlrap(p, p * 0.5, y), tl.multilabel_ranking_loss, tl.multilabel_coverage_error,
+        tl.multilabel_one_error, lambda p, y: tl.multilabel_retrieval_at_k(p, y, k=3),
+        tl.MultilabelLWLRAP(NUM_CLASSES), tl.MultilabelLRAP(NUM_CLASSES), tl.MultilabelTieReport(NUM_CLASSES),
+        tl.MultilabelRankingMetrics(NUM_CLASSES), tl.MultilabelRetrievalAtK(NUM_CLASSES, k=2),
+    ]
+    for call in takes_labels:
+        with pytest.raises(TypeError, match=rf"`target` has dtype torch.{name}.*`target.long\(\)`"):
+            call(logits, wide)
+    weight = torch.arange(1, 10)
+    metric = torch_lwlrap.MultilabelLRAP(num_labels=NUM_CLASSES)
+    metric.update(logits, labels, sample_weight=weight)
+    before = {key: value.clone() for key, value in metric.metric_state.items()}
+    message = rf"`sample_weight` has dtype torch.{name}.*convert the weights with `sample_weight.double\(\)`"
+    with pytest.raises(TypeError, match=message):
+        metric.update(logits, labels, sample_weight=weight.to(getattr(torch, name)))
+    with pytest.raises(TypeError, match=message):
+        torch_lwlrap.multilabel_ranking_loss(logits, labels, sample_weight=weight.to(getattr(torch, name)))
+    assert all(torch.equal(before[key], value) for key, value in metric.metric_state.items())
+    # the fixes, as the messages write them, score as the signed labels and float weights
+    fixed = torch_lwlrap.multilabel_lrap(logits, wide.long(), sample_weight=weight.to(getattr(torch, name)).double())
+    assert fixed.item() == pytest.approx(metric.compute().item(), rel=REL)
+    assert torch_lwlrap.multilabel_lwlrap(logits, wide.long()) == torch_lwlrap.multilabel_lwlrap(logits, labels)
 
 
 def _ltr_calls(logits, y) -> Dict[str, object]:

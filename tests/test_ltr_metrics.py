@@ -981,10 +981,10 @@ def test_unsigned_grades_torch_cannot_compare_are_refused_with_the_fix(name):
         pytest.skip(f"this torch has no {name}")
     preds, relevance, _ = graded(3, n=4, c=5)
     relevance = (relevance / 0.75).round()  # whole grades
-    with pytest.raises(TypeError, match=rf"`relevance` has dtype torch.{name}.*convert the grades with `.long\(\)`"):
+    with pytest.raises(TypeError, match=rf"`relevance` has dtype torch.{name}.*convert the grades with `relevance.long\(\)`"):
         multilabel_ndcg(preds, relevance.to(getattr(torch, name)))
     metric = MultilabelNDCG(5)
-    with pytest.raises(TypeError, match=r"`.long\(\)`"):
+    with pytest.raises(TypeError, match=r"`relevance.long\(\)`"):
         metric.update(preds, relevance.to(getattr(torch, name)))
     metric.update(preds, relevance.long())
     close(metric.compute(), multilabel_ndcg(preds, relevance).item())

@@ -74,6 +74,21 @@ def _check_kind(name: str, value: Tensor) -> None:
         )
 
 
+#: Integer dtypes torch has no comparisons or reductions for (``>=``, ``amax``) yet.
+_UNSIGNED_WITHOUT_COMPARISONS = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64")
+                                      if hasattr(torch, name))
+
+
+def _check_comparable(name: str, value: Tensor, what: str, fix: str, taken: str) -> None:
+    """Labels, grades or weights in a dtype torch cannot compare yet (``uint16`` to ``uint64``) are refused with
+    the conversion, rather than failing inside a check with torch's "not implemented for 'UInt16'"."""
+    if value.dtype in _UNSIGNED_WITHOUT_COMPARISONS:
+        raise TypeError(
+            f"Argument `{name}` has dtype {value.dtype}, which torch cannot compare or reduce yet: convert {what} "
+            f"with `{name}.{fix}()` ({taken} are taken as they are)."
+        )
+
+
 def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
     """Checks that need no look at the values, hence no host-device sync: always run."""
     for name, value in (("preds", preds), ("target", target)):
@@ -88,6 +103,7 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
         )
     if target.is_complex():
         raise TypeError(f"Argument `target` must be a bool, integer or float tensor, but got dtype {target.dtype}.")
+    _check_comparable("target", target, "the labels", "long", "bool, uint8, the signed integer dtypes and floats")
     _check_layout("preds", preds)
     _check_same(("preds", "target"), preds, target, num_labels)
 
@@ -137,6 +153,9 @@ def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor) -> None:
     _check_kind("sample_weight", sample_weight)
     if sample_weight.is_complex() or sample_weight.dtype == torch.bool:
         raise TypeError(f"Argument `sample_weight` must be a real-valued tensor, but got dtype {sample_weight.dtype}.")
+    _check_comparable(
+        "sample_weight", sample_weight, "the weights", "double", "uint8, the signed integer dtypes and floats"
+    )
     n = preds.shape[0]
     if sample_weight.shape not in ((n,), preds.shape[:1] + preds.shape[2:]):
         extra = f" or {tuple(preds.shape[:1] + preds.shape[2:])}" if preds.ndim > 2 else ""
@@ -419,11 +438,6 @@ def _format(
 #: Bytes of workspace per score that the torch paths take at most (sort values and indices, ranks, counts).
 _BYTES_PER_SCORE = 64
 
-#: Integer dtypes torch has no comparisons or reductions for (``>=``, ``amax``), whatever the grades.
-_UNSIGNED_WITHOUT_COMPARISONS = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64")
-                                      if hasattr(torch, name))
-
-
 def _check_scores(name: str, value, what: str) -> None:
     _check_is_tensor(name, value)
     _check_kind(name, value)
@@ -550,11 +564,7 @@ def check_graded(
     _check_kind("relevance", relevance)
     if relevance.is_complex():
         raise TypeError(f"Argument `relevance` must be a real-valued tensor, but got dtype {relevance.dtype}.")
-    if relevance.dtype in _UNSIGNED_WITHOUT_COMPARISONS:
-        raise TypeError(
-            f"Argument `relevance` has dtype {relevance.dtype}, which torch cannot compare or reduce yet: convert "
-            f"the grades with `.long()` (uint8, the signed integer dtypes, bool and floats are taken as they are)."
-        )
+    _check_comparable("relevance", relevance, "the grades", "long", "bool, uint8, the signed integer dtypes and floats")
     _check_same(("preds", "relevance"), preds, relevance, num_labels)
     if sample_weight is not None:
         _check_sample_weight_args(sample_weight, preds)
