@@ -25,10 +25,10 @@ class TieReport:
 
     ``lwlrap_best`` and ``lwlrap_worst`` are the exact extremes of lwlrap over every order of tied scores;
     ``lwlrap_expected`` is its mean over uniformly random orders (``ties="expected"``) and ``lwlrap_max``
-    scikit-learn's rule (``ties="max"``, the default), which is not the value of any one order: it can lie anywhere
-    in the range, below it (a positive tied with negatives counts them all above it) or above it (positives tied
-    with each other each count all of them as hits: scores ``[0.9, 0.5, 0.5]`` with the last two positive give
-    ``2/3`` under ``"max"``, ``7/12`` in either order).
+    scikit-learn's rule (``ties="max"``, the default), which is not the value of any one order: it is never below
+    ``lwlrap_worst`` (a positive tied with negatives counts them all above it, as the worst order does) but can lie
+    above ``lwlrap_best`` (positives tied with each other each count all of them as hits: scores ``[0.9, 0.5, 0.5]``
+    with the last two positive give ``2/3`` under ``"max"``, ``7/12`` in either order).
     """
 
     label_count: int  #: positive labels (ignored ones excluded)
