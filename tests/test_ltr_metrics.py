@@ -191,6 +191,18 @@ def test_rank_correlation_of_long_rows_equals_scipy(engine, dtype, method):
             close(multilabel_rank_correlation(a, b, method=method), expected, f"{dtype} {method} {a.shape}")
 
 
+@pytest.mark.skipif("auto" not in ENGINES, reason="the numba kernels are not installed")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_spearman_of_rows_past_exact_integer_sums_equals_scipy(monkeypatch, dtype):
+    """Rows longer than INT_SUMS_MAX labels (2,000,000) sum Spearman's terms in float64, which int64 would
+    overflow: that variant of the kernel, brought down to short rows (with and without ties), against scipy."""
+    monkeypatch.setattr(_ltr_numba, "INT_SUMS_MAX", 50)
+    cases = [distinct_rows(17, n=5, c=527, dtype=dtype), tied_rows(18, n=5, c=300, levels=40, dtype=dtype)]
+    for a, b in cases:
+        expected, _ = scipy_mean(a, b, "spearman")
+        close(multilabel_rank_correlation(a, b), expected, f"{dtype} {a.shape}")
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_low_precision_scores_rank_as_their_values(engine, dtype):

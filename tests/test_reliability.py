@@ -542,7 +542,7 @@ BAD_WEIGHTS = [
     ("negative weight", {"sample_weight": _with(W, 1, -1.5)}, ValueError, ["`sample_weight`", "-1.5"]),
     ("NaN weight", {"sample_weight": _with(W, 2, math.nan)}, ValueError, ["`sample_weight`", "[nan] (first at index (2,))"]),
     ("inf weight", {"sample_weight": _with(W, 2, math.inf)}, ValueError, ["`sample_weight`", "inf"]),
-    ("bool weight", {"sample_weight": W.bool()}, TypeError, ["`sample_weight`", "torch.bool"]),
+    ("bool weight", {"sample_weight": W.bool()}, TypeError, ["`sample_weight`", "torch.bool", "`sample_weight.double()`"]),
     ("float8 weight", {"sample_weight": W.to(torch.float8_e4m3fn)}, TypeError, ["`sample_weight`", "float8_e4m3fn"]),
     ("sparse weight", {"sample_weight": W.to_sparse()}, TypeError, ["`sample_weight`", "sparse_coo"]),
     ("weight on meta", {"sample_weight": W.to(META)}, ValueError, ["`sample_weight`", "meta"]),

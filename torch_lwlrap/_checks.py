@@ -151,7 +151,12 @@ def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor) -> None:
     if not isinstance(sample_weight, Tensor):
         raise TypeError(f"Argument `sample_weight` must be a torch.Tensor or None, but got {type(sample_weight).__name__}.")
     _check_kind("sample_weight", sample_weight)
-    if sample_weight.is_complex() or sample_weight.dtype == torch.bool:
+    if sample_weight.dtype == torch.bool:
+        raise TypeError(
+            "Argument `sample_weight` must be a real-valued tensor, but got dtype torch.bool. For a mask of the "
+            "samples to count, pass `sample_weight.double()` (weight 1, or 0 to leave a sample out)."
+        )
+    if sample_weight.is_complex():
         raise TypeError(f"Argument `sample_weight` must be a real-valued tensor, but got dtype {sample_weight.dtype}.")
     _check_comparable(
         "sample_weight", sample_weight, "the weights", "double", "uint8, the signed integer dtypes and floats"
