@@ -679,6 +679,37 @@ MESSAGE_CASES = {
         _TRUTH_META, "fname,Bark,Cat\na.wav,0.9,0.1\nb.wav,0.3,0.8\nc.wav,0.2,0.6\n", [],
         ["label 'Dog' is not a column of prediction file", "the predictions need a column for every class"], [],
     ),
+    "labels written as a Python list (a list column through to_csv)": (
+        'fname,labels\na.wav,"[\'Bark\', \'Cat\']"\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
+        ["label \"['Bark'\" is not a column", "reads like a Python list", "df['labels'].str.join(',')"],
+        ["need a column for every class"],
+    ),
+    "labels joined by semicolons": (
+        'fname,labels\na.wav,Bark;Cat\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
+        ["label 'Bark;Cat' is not a column", "the labels look separated by ';': separate a row's labels by commas"],
+        ["need a column for every class"],
+    ),
+    "labels joined by spaces": (
+        'fname,labels\na.wav,Bark Cat\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
+        ["the labels look separated by ' '"], [],
+    ),
+    "a label in another letter case": (
+        'fname,labels\na.wav,"Bark,cat"\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
+        ["label 'cat' is not a column", "the predictions have 'Cat', which differs in letter case"], [],
+    ),
+    "a label in another Unicode form (decomposed accent)": (
+        'fname,labels\na.wav,"Bark,Cafe\u0301"\nb.wav,Dog\nc.wav,Cat\n', _PRED.replace("Cat", "Caf\u00e9", 1), [],
+        ["is not a column", "looks the same but is written with other Unicode code points", "normalize('NFC'"], [],
+    ),
+    "a space after the comma before a quoted labels field": (
+        'fname,labels\na.wav, "Bark,Cat"\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
+        ["3 fields, but the header has 2", "a space after a comma keeps the quote after it from opening a field"],
+        ["put the labels of a row in one quoted field"],
+    ),
+    "fnames in pandas' unnamed index column": (
+        _TRUTH_META, _PRED.replace("fname,", ",", 1), [],
+        ["has no 'fname' column", "Its first column has no name", "to_csv(path, index_label='fname')"], [],
+    ),
     "fnames in another letter case": (
         _TRUTH_META, _PRED.replace("b.wav", "B.wav"), [],
         ["fname 'b.wav'", "is missing from prediction file", "it has 'B.wav', which differs in letter case"], [],

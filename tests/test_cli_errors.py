@@ -165,3 +165,16 @@ def test_library_warnings_are_one_line_each_and_the_run_goes_on():
     report = json.loads(done.stdout)
     low, high = report["ci"]["lwlrap"]
     assert report["ci"]["num_bootstrap"] == 10 and low <= report["lwlrap"] <= high
+
+
+def test_class_names_the_terminal_cannot_show_are_escaped_not_a_traceback(tmp_path):
+    """On Windows, output redirected to a file or a pipe takes the locale's code page (cp1252): a class name in
+    Japanese had ended the report in a UnicodeEncodeError traceback, exit status 1."""
+    (tmp_path / "truth.csv").write_text("fname,labels\na.wav,日本語\nb.wav,Bark\n", encoding="utf-8")
+    (tmp_path / "pred.csv").write_text("fname,日本語,Bark\na.wav,0.9,0.1\nb.wav,0.2,0.7\n", encoding="utf-8")
+    done = run_cli("score", tmp_path / "truth.csv", tmp_path / "pred.csv", "--per-class",
+                   env={"PYTHONIOENCODING": "cp1252"})
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "\\u65e5\\u672c\\u8a9e    1.000000" in done.stdout
+    assert "lwlrap       1.000000" in done.stdout

@@ -245,8 +245,24 @@ def test_pandas_index_column_in_the_submission(tmp_path, capsys):
     pd.read_csv(pred).iloc[:, 1:].to_csv(pred, index=False)
     check_error(capsys, ["score", truth, pred], ["column 1 ('Unnamed: 0')", "index=False"])
 
-    frame.reset_index().to_csv(pred, index=False)  # a named column counting 0..N-1
-    check_error(capsys, ["score", truth, pred], ["column 1 ('index')", "0, 1, 2", "index=False"])
+    frame.reset_index().to_csv(pred, index=False)  # a named column counting 0..N-1, written with index=False
+    check_error(capsys, ["score", truth, pred], ["column 1 ('index')", "0, 1, 2", "reset_index(drop=True)"])
+
+    # a frame whose index has a name ('id'), shuffled or filtered: the index comes first, before fname, and holds
+    # distinct whole numbers that do not count 0..N-1; scored as a class it had lowered lwlrap with exit status 0
+    named = frame.sample(frac=1.0, random_state=3).rename_axis("id")
+    named.to_csv(pred)
+    check_error(capsys, ["score", truth, pred], ["column 1 ('id') comes before fname", "distinct whole numbers",
+                                                 "index=False"])
+    named.iloc[::2].to_csv(pred)  # a subset of the rows: refused for the index, not for the missing fnames
+    check_error(capsys, ["score", truth, pred], ["column 1 ('id') comes before fname"])
+    named.to_csv(pred, index=False)  # the fix
+    assert_scores(run_json(capsys, "score", truth, pred), expected(preds, target, classes))
+    # a frame indexed by fname, written with its index: the first column has no name
+    frame.set_index("fname").rename_axis(None).to_csv(pred)
+    check_error(capsys, ["score", truth, pred], ["has no 'fname' column", "to_csv(path, index_label='fname')"])
+    frame.set_index("fname").rename_axis(None).to_csv(pred, index_label="fname")  # that fix
+    assert_scores(run_json(capsys, "score", truth, pred), expected(preds, target, classes))
 
     frame.iloc[::2].to_csv(pred)  # a subset: the index has gaps, the column still has no name
     check_error(capsys, ["score", truth, pred], ["column 1 (no name)", "index=False"])
@@ -265,7 +281,7 @@ def test_pandas_index_column_in_the_truth(tmp_path, capsys):
     wide = pd.DataFrame(target, columns=classes)
     wide.insert(0, "fname", fnames)
     wide.reset_index().to_csv(truth, index=False)
-    check_error(capsys, ["score", truth, pred], ["truth.csv", "column 1 ('index')", "index=False"])
+    check_error(capsys, ["score", truth, pred], ["truth.csv", "column 1 ('index')", "reset_index(drop=True)"])
 
 
 # ---------------------------------------------------------------------------------------------------------------

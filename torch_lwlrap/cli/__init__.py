@@ -157,6 +157,16 @@ def _one_line_warnings() -> Iterator[None]:
         yield
 
 
+def _escape_what_the_terminal_cannot_show() -> None:
+    """Characters the output's encoding cannot hold (a class name in Japanese on a Windows code page, or output
+    redirected there to a file) are written as backslash escapes instead of ending the run in a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit status (0 success, 2 bad file or arguments).
 
@@ -179,6 +189,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         >>> code
         0
     """
+    if argv is None:  # run as a command: its output streams are the program's own
+        _escape_what_the_terminal_cannot_show()
     parser = build_parser()
     try:
         args = _parse(parser, argv)

@@ -120,6 +120,10 @@ def _is_challenge(header: Sequence[str]) -> bool:
 
 _PANDAS_INDEX_NAME = re.compile(r"Unnamed: \d+")
 PANDAS_INDEX_FIX = "write the file with to_csv(path, index=False), or drop the column"
+RESET_INDEX_FIX = "write the file after df.reset_index(drop=True), or drop the column"
+
+#: The names pandas gives the old index when ``reset_index()`` makes it a column.
+_RESET_INDEX_NAMES = ("index", "level_0")
 
 
 def counts_up(values: np.ndarray) -> bool:
@@ -152,6 +156,11 @@ def _index_column_error(role: str, path: str, position: int, name: str, texts: S
     index where it counts rows or comes first; else an extra comma, or a header that misses a name."""
     named = f"({name!r})" if name else "(no name)"
     where = f"{role} file {path!r}: column {position + 1} {named}"
+    if (not texts or _counts_up_text(texts)) and name in _RESET_INDEX_NAMES:
+        return CsvFormatError(
+            f"{where} holds the row numbers 0, 1, 2, ...: it is the index pandas' reset_index() keeps as a column, "
+            f"not data; {RESET_INDEX_FIX}."
+        )
     if not texts or _counts_up_text(texts):
         return CsvFormatError(
             f"{where} holds the row numbers 0, 1, 2, ...: it is the index pandas writes by default, not data; "
@@ -357,9 +366,13 @@ def _read_rows(text: str, path: str, role: str) -> Tuple[List[str], List[Tuple[i
         shown = ",".join(header)
         if len(shown) > 80:
             shown = shown[:77] + "..."
+        unnamed = (
+            " Its first column has no name: if it holds the fnames (a frame indexed by fname), write the file with "
+            "to_csv(path, index_label='fname')." if not header[0] or _PANDAS_INDEX_NAME.fullmatch(header[0]) else ""
+        )
         raise CsvFormatError(
             f"{role} file {path!r} has no 'fname' column: its first line must be a header such as "
-            f"'fname,labels' or 'fname,<class>,...', but got {shown!r}."
+            f"'fname,labels' or 'fname,<class>,...', but got {shown!r}.{unnamed}"
         )
     if not rows:
         raise CsvFormatError(f"{role} file {path!r} has a header but no rows.")
@@ -378,7 +391,12 @@ def _read_rows(text: str, path: str, role: str) -> Tuple[List[str], List[Tuple[i
         fname = fields[fname_at].strip() if fname_at < len(fields) else None
         if len(fields) != len(header):
             hint = ""
-            if _is_challenge(header) and len(fields) > len(header):
+            if any(field[:1].isspace() and field.lstrip().startswith('"') for field in fields):
+                hint = (
+                    ' (a space after a comma keeps the quote after it from opening a field: remove the space, e.g. '
+                    'a.wav,"Bark,Dog")'
+                )
+            elif _is_challenge(header) and len(fields) > len(header):
                 hint = ' (put the labels of a row in one quoted field, e.g. a.wav,"Bark,Dog")'
             raise CsvFormatError(
                 f"{role} file {_where(path, line, fname)}: {len(fields)} fields, but the header has "
@@ -653,9 +671,6 @@ def read_predictions(
     return Predictions(fnames, classes, scores, path)
 
 
-#: The names pandas gives the old index when ``reset_index()`` makes it a column.
-_RESET_INDEX_NAMES = ("index", "level_0")
-
 
 def _check_no_index_column(
     scores: np.ndarray, classes: Sequence[str], header: Sequence[str], path: str, known: Collection[str] = ()
@@ -674,11 +689,25 @@ def _check_no_index_column(
         if (
             name in _RESET_INDEX_NAMES
             and name not in known
-            and bool(np.all((values >= 0) & (values == np.floor(values))))
-            and np.unique(values).size == values.size
+            and _distinct_whole_numbers(values)
         ):
             raise CsvFormatError(
                 f"prediction file {path!r}: column {header.index(name) + 1} ({name!r}) holds distinct whole numbers, "
-                f"row numbers: it is the index pandas' reset_index() keeps as a column, not scores; write the file "
-                f"after df.reset_index(drop=True), or drop the column."
+                f"row numbers: it is the index pandas' reset_index() keeps as a column, not scores; "
+                f"{RESET_INDEX_FIX}."
             )
+        if (
+            header.index(name) < header.index("fname")
+            and name not in known
+            and _distinct_whole_numbers(values)
+        ):
+            raise CsvFormatError(
+                f"prediction file {path!r}: column {header.index(name) + 1} ({name!r}) comes before fname and holds "
+                f"distinct whole numbers, and the truth has no class {name!r}: it is the index pandas writes with "
+                f"to_csv(path) for a frame whose index is named {name!r}, not scores; {PANDAS_INDEX_FIX}."
+            )
+
+
+def _distinct_whole_numbers(values: np.ndarray) -> bool:
+    """Whether ``values`` are distinct non-negative whole numbers: the row numbers of a (filtered) frame."""
+    return bool(np.all((values >= 0) & (values == np.floor(values)))) and np.unique(values).size == values.size

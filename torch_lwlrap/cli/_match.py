@@ -6,6 +6,7 @@ line or column at fault, as :mod:`torch_lwlrap.cli._files` does for one file.
 from __future__ import annotations
 
 import csv
+import unicodedata
 from typing import Collection, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -24,6 +25,36 @@ __all__ = ["align", "check_vocabulary", "read_classes", "select_rows"]
 def _listed(names: Sequence[str], limit: int = 8) -> str:
     shown = ", ".join(repr(name) for name in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+#: What a missing class or label is told when nothing more specific explains it.
+_NEED_EVERY_CLASS = "the predictions need a column for every class (a class the model does not predict scores 0)"
+
+
+def _label_hint(name: str, columns: Collection[str]) -> str:
+    """Why a truth's label or class ``name`` may miss the prediction columns ``columns``, with the fix: written
+    as a Python list, joined by another separator, in other letter case or in another Unicode normalization form;
+    else that every class needs a column."""
+    if name.startswith("[") or name.endswith("]") or name[:1] in "'\"":
+        return (
+            "the labels field reads like a Python list (pandas writes a list so): write each row's labels joined "
+            "by commas, e.g. df['labels'] = df['labels'].str.join(',')"
+        )
+    for separator in (";", "|", " "):
+        parts = [part.strip() for part in name.split(separator) if part.strip()]
+        if len(parts) > 1 and all(part in columns for part in parts):
+            return f"the labels look separated by {separator!r}: separate a row's labels by commas (a.wav,\"Bark,Dog\")"
+    cased = [column for column in columns if column.lower() == name.lower()]
+    if cased:
+        return f"the predictions have {cased[0]!r}, which differs in letter case (labels are matched exactly)"
+    form = unicodedata.normalize("NFC", name)
+    same = [column for column in columns if unicodedata.normalize("NFC", column) == form]
+    if same:
+        return (
+            f"the predictions have {same[0]!r}, which looks the same but is written with other Unicode code points "
+            f"(composed and decomposed accents): write both files in one form, e.g. unicodedata.normalize('NFC', name)"
+        )
+    return _NEED_EVERY_CLASS
 
 
 def select_rows(truth: Truth, where: Sequence[Tuple[str, str]]) -> Truth:
@@ -133,8 +164,7 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
             if name not in columns:
                 raise CsvFormatError(
                     f"class column {name!r} of truth file {truth.path!r} is not a column of prediction file "
-                    f"{pred.path!r}: the predictions need a column for every class (a class the model does not "
-                    f"predict scores 0)."
+                    f"{pred.path!r}: {_label_hint(name, columns)}."
                 )
     target = np.zeros((len(kept), len(pred.classes)), dtype=np.int8)
     for fname, line, labels in zip(truth.fnames, truth.lines, truth.labels):
@@ -143,8 +173,7 @@ def align(truth: Truth, pred: Predictions, *, unselected: Collection[str] = ()) 
             if name not in columns:
                 raise CsvFormatError(
                     f"truth file {_where(truth.path, line, fname)}: label {name!r} is not a column of prediction "
-                    f"file {pred.path!r}: the predictions need a column for every class (a class the model does not "
-                    f"predict scores 0)."
+                    f"file {pred.path!r}: {_label_hint(name, columns)}."
                 )
             target[row, columns[name]] = 1
     for fname, names in zip(truth.fnames, truth.unknown):
