@@ -94,7 +94,7 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
     for name, value in (("preds", preds), ("target", target)):
         _check_is_tensor(name, value)
         _check_kind(name, value)
-    _check_not_swapped(preds, "target", target, "the 0/1 labels", "labels", user_call())
+    _check_not_swapped(preds, "target", target, "the 0/1 labels", "labels", "target=labels")
     if not preds.is_floating_point():
         raise TypeError(
             f"Argument `preds` must be a floating point tensor of scores (float16, bfloat16, float32 or "
@@ -108,11 +108,14 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
     _check_same(("preds", "target"), preds, target, num_labels)
 
 
-def _check_not_swapped(preds: Tensor, name: str, second: Tensor, what: str, holds: str, call: str) -> None:
+def _check_not_swapped(preds: Tensor, name: str, second: Tensor, what: str, holds: str, keyword: str) -> None:
     """Integer or bool ``preds`` beside floating ``second`` (the argument ``name``): the arguments look swapped, and
-    the usual fix for integer scores (``preds.float()``) would rank ``what`` by the scores."""
+    the usual fix for integer scores (``preds.float()``) would rank ``what`` by the scores. The fix names the
+    user's call (:func:`user_call`, ``keyword``: how the second argument is passed), read only when raising: it
+    walks the stack."""
     if preds.is_floating_point() or preds.is_complex() or not second.is_floating_point():
         return
+    call = user_call(keyword)
     thresholded = (
         " If it holds thresholded predictions, pass the scores before the threshold (probabilities or logits): a "
         "ranking needs them." if name == "target" else ""
@@ -563,8 +566,7 @@ def check_graded(
     validate_args = check_flag("validate_args", validate_args)
     _check_is_tensor("preds", preds)
     _check_is_tensor("relevance", relevance)
-    call = user_call("relevance=grades")
-    _check_not_swapped(preds, "relevance", relevance, "the grades", "relevance grades", call)
+    _check_not_swapped(preds, "relevance", relevance, "the grades", "relevance grades", "relevance=grades")
     _check_scores("preds", preds, "scores")
     _check_kind("relevance", relevance)
     if relevance.is_complex():
