@@ -265,3 +265,39 @@ def test_metric_in_a_training_loop_survives_a_failing_kernel(triton_kernel, monk
     all_target = torch.cat([target for _, target in batches])
     assert metric.compute().item() == pytest.approx(naive_lwlrap(all_preds, all_target, ignore_index=-1), **TOL)
     assert not math.isnan(metric.compute().item())
+
+
+_BROKEN_NUMBA_CHILD = r"""
+import json, warnings, torch, torch_lwlrap
+from tests.reference import make_case, naive_lwlrap
+preds, target = make_case(3, 40, 9)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    values = [torch_lwlrap.multilabel_lwlrap(preds, target).item() for _ in range(2)]
+print(json.dumps({"values": values, "expected": naive_lwlrap(preds, target),
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+@pytest.mark.parametrize("engine", ["auto", "numba"])
+def test_an_installed_numba_that_fails_to_import_is_named_with_its_error_not_as_missing(engine):
+    """NUMBA_NUM_THREADS=0 makes `import numba` raise a ValueError: the warning had said "numba is not installed"
+    (forced), or nothing at all (auto, as for a Triton that fails to import, which warns)."""
+    pytest.importorskip("numba")
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    environ = dict(os.environ, NUMBA_NUM_THREADS="0", **{ENGINE_VARIABLE: engine})
+    done = subprocess.run([sys.executable, "-c", _BROKEN_NUMBA_CHILD], capture_output=True, text=True, env=environ,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["values"] == pytest.approx([result["expected"]] * 2, **TOL)
+    assert len(result["warnings"]) == 1, result["warnings"]  # once per cause
+    message = result["warnings"][0]
+    assert f"the {engine} engine cannot rank cpu tensors: numba fails to import (ValueError: Number of threads" in message
+    assert "not installed" not in message and "pip install numba`" not in message
+    assert "make `import numba` work" in message

@@ -36,6 +36,7 @@ from torch_lwlrap import (
     _numba_kernel,
     _numba_one_pass,
     _numba_rules,
+    _numba_runtime,
     _triton_kernel,
 )
 from torch_lwlrap._engine_config import (
@@ -212,9 +213,12 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
     if device.type == "meta" or ranking_backend(device, dtype, engine) is not None:
         return
     if engine == "auto":
-        if device.type not in _triton_kernel.GPU_DEVICE_TYPES or _triton_kernel._IMPORT_ERROR is None:
+        if device.type == "cpu" and _numba_runtime.IMPORT_ERROR is not None:
+            engine = "numba"  # installed, but its import fails: as for Triton below, say why once
+        elif device.type not in _triton_kernel.GPU_DEVICE_TYPES or _triton_kernel._IMPORT_ERROR is None:
             return  # no backend's home, Triton not installed, or a GPU older than Volta: the torch path, as documented
-        engine = "triton"
+        else:
+            engine = "triton"
         forced = False
     else:
         forced = True
@@ -234,6 +238,11 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
         fix = "pass float16, bfloat16, float32 or float64 scores"
     elif engine == "numba" and _numba_runtime_disabled():
         fix = "unset NUMBA_DISABLE_JIT"
+    elif engine == "numba" and _numba_runtime.IMPORT_ERROR is not None:
+        fix = (
+            "make `import numba` work (a NUMBA_* environment variable it refuses, or a numba that does not match "
+            "this numpy: `pip install -U numba`)"
+        )
     elif engine == "numba":
         fix = "install it with `pip install numba` (the package's `cpu` extra)"
     elif _triton_kernel.triton is None:

@@ -46,13 +46,18 @@ import torch
 
 from torch_lwlrap._user_frames import warn
 
+#: Why an installed numba failed to import (``NUMBA_NUM_THREADS=0``, a numba too new for this numpy), or None.
+IMPORT_ERROR: Optional[Exception] = None
+
 try:  # numba is an optional dependency (the "cpu" extra)
     import numba
     from numba import njit, prange
-except Exception:  # pragma: no cover - depends on the installation
+except Exception as _err:  # pragma: no cover - depends on the installation
     numba = None
     njit = None
     prange = range
+    if not (isinstance(_err, ModuleNotFoundError) and _err.name == "numba"):
+        IMPORT_ERROR = _err
 
 __all__ = [
     "SpeedChoice", "clear_stale_cache", "kernel_sources", "numba", "prange", "parallel_and_serial", "run",
@@ -72,6 +77,8 @@ def unavailable_reason(device) -> Optional[str]:
         device = torch.device(device)
     if device.type != "cpu":
         return f"the numba kernels take CPU tensors, not {device.type} ones"
+    if numba is None and IMPORT_ERROR is not None:
+        return f"numba fails to import ({type(IMPORT_ERROR).__name__}: {' '.join(str(IMPORT_ERROR).split())})"
     if numba is None:
         return "numba is not installed"
     if numba.config.DISABLE_JIT:
