@@ -164,3 +164,28 @@ def test_doctor_says_which_engine_a_forced_setting_takes(small_timing, capsys, m
         assert len(threads) == 1 and f" {numba.get_num_threads()} (layer: " in threads[0]
     monkeypatch.delenv("TORCH_LWLRAP_ENGINE")
     assert doctor.versions()["engine"] == "auto"
+
+
+def test_the_read_floor_is_the_faster_of_torch_s_threads_and_one_thread(monkeypatch):
+    """On busy cores a parallel torch reduction can take 4.5 times one thread's time, and doctor had printed an
+    'x floor' below 1 (lwlrap faster than one read of its own inputs)."""
+    from torch_lwlrap import doctor
+
+    seen = []
+
+    def timed(call, device):
+        seen.append(torch.get_num_threads())
+        return {2: 0.016, 1: 0.0035}[min(torch.get_num_threads(), 2)]
+
+    monkeypatch.setattr(doctor, "_median_time", timed)
+    threads = torch.get_num_threads()
+    preds, target = torch.rand(4, 5), torch.rand(4, 5) < 0.5
+    try:
+        torch.set_num_threads(2)
+        assert doctor._read_floor(preds, target, torch.device("cpu")) == 0.0035
+        assert seen == [2, 1] and torch.get_num_threads() == 2  # restored
+        torch.set_num_threads(1)
+        seen.clear()
+        assert doctor._read_floor(preds, target, torch.device("cpu")) == 0.0035 and seen == [1]
+    finally:
+        torch.set_num_threads(threads)
