@@ -701,6 +701,20 @@ MESSAGE_CASES = {
         'fname,labels\na.wav,"Bark,Cafe\u0301"\nb.wav,Dog\nc.wav,Cat\n', _PRED.replace("Cat", "Caf\u00e9", 1), [],
         ["is not a column", "looks the same but is written with other Unicode code points", "normalize('NFC'"], [],
     ),
+    "a space after the comma before one quoted label": (
+        'fname,labels\na.wav, "Bark"\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
+        ["label '\"Bark\"' is not a column", "a space after the comma before it keeps the quote from opening"],
+        ["Python list"],
+    ),
+    "a class whose name ends in a bracket": (
+        'fname,labels\na.wav,"Bark,Speech [male]"\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
+        ["label 'Speech [male]' is not a column", "the predictions need a column for every class"], ["Python list"],
+    ),
+    "fnames in a column pandas named 'Unnamed: 0'": (
+        _TRUTH_META, _PRED.replace("fname,", "Unnamed: 0,", 1), [],
+        ["has no 'fname' column", "Its first column, 'Unnamed: 0', is the name pandas gives a column without one",
+         "df.rename(columns={'Unnamed: 0': 'fname'})"], ["index_label"],
+    ),
     "a space after the comma before a quoted labels field": (
         'fname,labels\na.wav, "Bark,Cat"\nb.wav,Dog\nc.wav,Cat\n', _PRED, [],
         ["3 fields, but the header has 2", "a space after a comma keeps the quote after it from opening a field"],

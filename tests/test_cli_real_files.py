@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -258,17 +259,43 @@ def test_pandas_index_column_in_the_submission(tmp_path, capsys):
     check_error(capsys, ["score", truth, pred], ["column 1 ('id') comes before fname"])
     named.to_csv(pred, index=False)  # the fix
     assert_scores(run_json(capsys, "score", truth, pred), expected(preds, target, classes))
-    # a frame indexed by fname, written with its index: the first column has no name
-    frame.set_index("fname").rename_axis(None).to_csv(pred)
-    check_error(capsys, ["score", truth, pred], ["has no 'fname' column", "to_csv(path, index_label='fname')"])
-    frame.set_index("fname").rename_axis(None).to_csv(pred, index_label="fname")  # that fix
-    assert_scores(run_json(capsys, "score", truth, pred), expected(preds, target, classes))
+    # the list column's fix as the message writes it, read back from the CSV first
+    listed = pd.DataFrame({"fname": ["a.wav", "b.wav"], "labels": [["Bark", "Dog"], ["Cat"]]})
+    listed.to_csv(tmp_path / "listed.csv", index=False)
+    import ast
 
-    frame.iloc[::2].to_csv(pred)  # a subset: the index has gaps, the column still has no name
-    check_error(capsys, ["score", truth, pred], ["column 1 (no name)", "index=False"])
+    back = pd.read_csv(tmp_path / "listed.csv")
+    assert back["labels"].apply(ast.literal_eval).str.join(",").tolist() == ["Bark,Dog", "Cat"]
+    assert listed["labels"].str.join(",").tolist() == ["Bark,Dog", "Cat"]
 
-    frame.to_csv(pred, index=False)  # the fix
-    assert_scores(run_json(capsys, "score", truth, pred), expected(preds, target, classes))
+
+def test_a_whole_number_class_before_fname_is_scored_where_it_can_be_a_class(tmp_path, capsys):
+    """Per-class ranks (a rank-averaged ensemble) with fname added last: the first column is a class of distinct
+    whole numbers, here one without a positive label in a challenge-layout truth; it is scored. Beside fractional
+    scores the same column reads as pandas' index and is refused, unless --classes names it."""
+    truth, _, (fnames, classes, preds, target, *_) = challenge_files(tmp_path, 6)
+    empty = [column for column in range(len(classes)) if not target[:, column].any()]
+    assert empty  # a class without a positive label, to put first
+    order = [empty[0]] + [column for column in range(len(classes)) if column != empty[0]]
+    classes, preds, target = [classes[c] for c in order], preds[:, order], target[:, order]
+    ranks = preds.argsort(0).argsort(0).astype(np.float64) + 1  # each column's ranks 1..N
+    frame = pd.DataFrame(ranks, columns=classes)
+    frame["fname"] = fnames
+    pred = tmp_path / "ranks.csv"
+    frame.to_csv(pred, index=False)
+    assert_scores(run_json(capsys, "score", truth, pred), expected(ranks, target, classes))
+    mixed = pd.DataFrame(preds, columns=classes)
+    mixed[classes[0]] = ranks[:, 0]
+    mixed["fname"] = fnames
+    mixed.to_csv(pred, index=False)
+    check_error(capsys, ["score", truth, pred], [f"column 1 ('{classes[0]}') comes before fname", "--classes"])
+    vocabulary = tmp_path / "classes.txt"
+    vocabulary.write_text("\n".join(classes) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")  # the command prints its warnings (pytest's filters make them errors)
+        code, out, err = run(capsys, "score", truth, pred, "--classes", vocabulary, "--json")
+    assert code == 0 and "holds whole numbers" in err, err  # scored, with the whole-number column's warning
+    assert_scores(json.loads(out), expected(mixed[classes].to_numpy(), target, classes))
 
 
 def test_pandas_index_column_in_the_truth(tmp_path, capsys):

@@ -401,6 +401,11 @@ def test_labels_and_weights_in_unsigned_dtypes_torch_cannot_compare_get_the_conv
     fixed = torch_lwlrap.multilabel_lrap(logits, wide.long(), sample_weight=weight.to(getattr(torch, name)).double())
     assert fixed.item() == pytest.approx(metric.compute().item(), rel=REL)
     assert torch_lwlrap.multilabel_lwlrap(logits, wide.long()) == torch_lwlrap.multilabel_lwlrap(logits, labels)
+    # validate_args=False runs no value check (the only thing torch cannot do on them): taken as given, as before
+    unchecked = dict(validate_args=False)
+    assert torch_lwlrap.multilabel_lwlrap(logits, wide, **unchecked) == torch_lwlrap.multilabel_lwlrap(logits, labels)
+    loose = torch_lwlrap.multilabel_ranking_loss(logits, labels, sample_weight=weight.to(getattr(torch, name)), **unchecked)
+    assert loose == torch_lwlrap.multilabel_ranking_loss(logits, labels, sample_weight=weight)
 
 
 def _ltr_calls(logits, y) -> Dict[str, object]:

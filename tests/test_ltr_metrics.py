@@ -197,10 +197,20 @@ def test_spearman_of_rows_past_exact_integer_sums_equals_scipy(monkeypatch, dtyp
     """Rows longer than INT_SUMS_MAX labels (2,000,000) sum Spearman's terms in float64, which int64 would
     overflow: that variant of the kernel, brought down to short rows (with and without ties), against scipy."""
     monkeypatch.setattr(_ltr_numba, "INT_SUMS_MAX", 50)
+    zeros = []
+    kernel = _ltr_numba.run
+
+    def spy(function, work, *args, **kwargs):
+        zeros.append(type(args[-1]))  # the sums' type: the last argument of the correlation kernel
+        return kernel(function, work, *args, **kwargs)
+
+    monkeypatch.setattr(_ltr_numba, "run", spy)
     cases = [distinct_rows(17, n=5, c=527, dtype=dtype), tied_rows(18, n=5, c=300, levels=40, dtype=dtype)]
     for a, b in cases:
         expected, _ = scipy_mean(a, b, "spearman")
-        close(multilabel_rank_correlation(a, b), expected, f"{dtype} {a.shape}")
+        with use_engine("auto"):  # the numba kernels, whatever TORCH_LWLRAP_ENGINE says
+            close(multilabel_rank_correlation(a, b), expected, f"{dtype} {a.shape}")
+    assert zeros == [np.float64, np.float64]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -89,8 +89,9 @@ def _check_comparable(name: str, value: Tensor, what: str, fix: str, taken: str)
         )
 
 
-def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int]) -> None:
-    """Checks that need no look at the values, hence no host-device sync: always run."""
+def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int], validate_args: bool = True) -> None:
+    """Checks that need no look at the values, hence no host-device sync: always run (the dtypes torch cannot
+    compare only where the value checks, which would fail on them, run)."""
     for name, value in (("preds", preds), ("target", target)):
         _check_is_tensor(name, value)
         _check_kind(name, value)
@@ -103,7 +104,8 @@ def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int])
         )
     if target.is_complex():
         raise TypeError(f"Argument `target` must be a bool, integer or float tensor, but got dtype {target.dtype}.")
-    _check_comparable("target", target, "the labels", "long", "bool, uint8, the signed integer dtypes and floats")
+    if validate_args:
+        _check_comparable("target", target, "the labels", "long", "bool, uint8, the signed integer dtypes and floats")
     _check_layout("preds", preds)
     _check_same(("preds", "target"), preds, target, num_labels)
 
@@ -150,7 +152,7 @@ def _check_layout(name: str, value: Tensor) -> None:
         )
 
 
-def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor) -> None:
+def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor, validate_args: bool = True) -> None:
     if not isinstance(sample_weight, Tensor):
         raise TypeError(f"Argument `sample_weight` must be a torch.Tensor or None, but got {type(sample_weight).__name__}.")
     _check_kind("sample_weight", sample_weight)
@@ -161,9 +163,10 @@ def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor) -> None:
         )
     if sample_weight.is_complex():
         raise TypeError(f"Argument `sample_weight` must be a real-valued tensor, but got dtype {sample_weight.dtype}.")
-    _check_comparable(
-        "sample_weight", sample_weight, "the weights", "double", "uint8, the signed integer dtypes and floats"
-    )
+    if validate_args:
+        _check_comparable(
+            "sample_weight", sample_weight, "the weights", "double", "uint8, the signed integer dtypes and floats"
+        )
     n = preds.shape[0]
     if sample_weight.shape not in ((n,), preds.shape[:1] + preds.shape[2:]):
         extra = f" or {tuple(preds.shape[:1] + preds.shape[2:])}" if preds.ndim > 2 else ""
@@ -301,10 +304,11 @@ def check_inputs(
     ``check_scores=False`` skips the NaN check of the scores, for a caller whose ranking engine does it;
     ``compiled=True`` checks a CPU target with the numba path's compiled helper.
     """
-    _check_tensor_args(preds, target, num_labels)
+    validate_args = check_flag("validate_args", validate_args)
+    _check_tensor_args(preds, target, num_labels, validate_args)
     if sample_weight is not None:
-        _check_sample_weight_args(sample_weight, preds)
-    if check_flag("validate_args", validate_args):
+        _check_sample_weight_args(sample_weight, preds, validate_args)
+    if validate_args:
         _check_values(preds, target, ignore_index, sample_weight, check_scores, compiled)
 
 
@@ -343,11 +347,11 @@ def check_batch_structure(
 ) -> Tuple[bool, Tensor, Tensor, Optional[Tensor]]:
     """The gate's checks that need no look at the values (types, shapes, devices, the ``validate_args`` flag):
     ``(numba path, preds, target, sample_weight)`` as :func:`check_batch` returns them."""
-    check_flag("validate_args", validate_args)
+    validate_args = check_flag("validate_args", validate_args)
     preds, target, sample_weight = values_only(preds), values_only(target), values_only(sample_weight)
-    _check_tensor_args(preds, target, num_labels)
+    _check_tensor_args(preds, target, num_labels, validate_args)
     if sample_weight is not None:
-        _check_sample_weight_args(sample_weight, preds)
+        _check_sample_weight_args(sample_weight, preds, validate_args)
     numba_path = _dispatch.ranking_backend(preds.device, preds.dtype) == "numba"
     return numba_path, preds, target, sample_weight
 
@@ -574,7 +578,7 @@ def check_graded(
     _check_comparable("relevance", relevance, "the grades", "long", "bool, uint8, the signed integer dtypes and floats")
     _check_same(("preds", "relevance"), preds, relevance, num_labels)
     if sample_weight is not None:
-        _check_sample_weight_args(sample_weight, preds)
+        _check_sample_weight_args(sample_weight, preds, validate_args)
     if not validate_args:
         return preds, relevance, sample_weight
     flags = []

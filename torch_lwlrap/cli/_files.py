@@ -366,10 +366,17 @@ def _read_rows(text: str, path: str, role: str) -> Tuple[List[str], List[Tuple[i
         shown = ",".join(header)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        unnamed = (
-            " Its first column has no name: if it holds the fnames (a frame indexed by fname), write the file with "
-            "to_csv(path, index_label='fname')." if not header[0] or _PANDAS_INDEX_NAME.fullmatch(header[0]) else ""
-        )
+        unnamed = ""
+        if not header[0]:
+            unnamed = (
+                " Its first column has no name: if it holds the fnames (a frame indexed by fname), write the file "
+                "with to_csv(path, index_label='fname')."
+            )
+        elif _PANDAS_INDEX_NAME.fullmatch(header[0]):
+            unnamed = (
+                f" Its first column, {header[0]!r}, is the name pandas gives a column without one: if it holds the "
+                f"fnames, name it, df.rename(columns={{{header[0]!r}: 'fname'}}), before writing."
+            )
         raise CsvFormatError(
             f"{role} file {path!r} has no 'fname' column: its first line must be a header such as "
             f"'fname,labels' or 'fname,<class>,...', but got {shown!r}.{unnamed}"
@@ -697,14 +704,16 @@ def _check_no_index_column(
                 f"{RESET_INDEX_FIX}."
             )
         if (
-            header.index(name) < header.index("fname")
+            header.index(name) == 0
             and name not in known
             and _distinct_whole_numbers(values)
+            and not np.all(np.delete(scores, column, axis=1) == np.floor(np.delete(scores, column, axis=1)))
         ):
             raise CsvFormatError(
-                f"prediction file {path!r}: column {header.index(name) + 1} ({name!r}) comes before fname and holds "
-                f"distinct whole numbers, and the truth has no class {name!r}: it is the index pandas writes with "
-                f"to_csv(path) for a frame whose index is named {name!r}, not scores; {PANDAS_INDEX_FIX}."
+                f"prediction file {path!r}: column 1 ({name!r}) comes before fname and holds distinct whole numbers "
+                f"beside fractional scores, and the truth (or --classes) has no class {name!r}: it is the index "
+                f"pandas writes with to_csv(path) for a frame whose index is named {name!r}, not scores; "
+                f"{PANDAS_INDEX_FIX}. If it is a class, name it in --classes FILE."
             )
 
 

@@ -138,9 +138,10 @@ def read_inputs(
         )
     unknown = check_unknown(unknown)
     texts = [read_text(path, role.split()[-1]) for role, path in zip(roles, paths)]
+    vocabulary = None if classes_path is None else read_classes(classes_path)
     try:  # swapped files fail in the truth, or (a 0/1 submission reads as a wide truth) in the labels file after it
         all_truth = read_truth(truth_path, unknown=unknown, text=texts[0])
-        named = set(all_truth.classes or ()).union(*all_truth.labels)
+        named = set(all_truth.classes or ()).union(*all_truth.labels, vocabulary or ())
         predictions = [
             read_predictions(path, text=text, truth_classes=named) for path, text in zip(pred_paths, texts[1:])
         ]
@@ -150,10 +151,9 @@ def read_inputs(
             raise
         raise CsvFormatError(f"{err}{hint}") from None
     truth = select_rows(all_truth, where)
-    if classes_path is not None:
-        classes = read_classes(classes_path)
+    if vocabulary is not None:
         for pred in predictions:
-            check_vocabulary(classes, classes_path, truth, pred)
+            check_vocabulary(vocabulary, classes_path, truth, pred)
     unselected = set(all_truth.fnames).difference(truth.fnames) if where else set()
     aligned = [align(truth, pred, unselected=unselected) for pred in predictions]
     target, kept_rows = aligned[0]

@@ -32,13 +32,19 @@ _NEED_EVERY_CLASS = "the predictions need a column for every class (a class the 
 
 
 def _label_hint(name: str, columns: Collection[str]) -> str:
-    """Why a truth's label or class ``name`` may miss the prediction columns ``columns``, with the fix: written
-    as a Python list, joined by another separator, in other letter case or in another Unicode normalization form;
-    else that every class needs a column."""
-    if name.startswith("[") or name.endswith("]") or name[:1] in "'\"":
+    """Why a truth's label or class ``name`` may miss the prediction columns ``columns``, with the fix: a quote
+    read into it (a space before a quoted field), written as a Python list, joined by another separator, in other
+    letter case or in another Unicode normalization form; else that every class needs a column."""
+    if name.startswith('"'):
+        return (
+            "the label holds a quote: a space after the comma before it keeps the quote from opening a field; "
+            "remove the space (a.wav,\"Bark,Dog\")"
+        )
+    if name.startswith(("['", '["')):
         return (
             "the labels field reads like a Python list (pandas writes a list so): write each row's labels joined "
-            "by commas, e.g. df['labels'] = df['labels'].str.join(',')"
+            "by commas, df['labels'] = df['labels'].str.join(',') on the list column (on one read back from a "
+            "CSV, parse it first: df['labels'].apply(ast.literal_eval).str.join(','))"
         )
     for separator in (";", "|", " "):
         parts = [part.strip() for part in name.split(separator) if part.strip()]
