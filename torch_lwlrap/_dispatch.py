@@ -36,7 +36,6 @@ from torch_lwlrap import (
     _numba_kernel,
     _numba_one_pass,
     _numba_rules,
-    _numba_runtime,
     _triton_kernel,
 )
 from torch_lwlrap._engine_config import (
@@ -203,6 +202,13 @@ def _numba_runtime_disabled() -> bool:
     return numba is not None and bool(numba.config.DISABLE_JIT)
 
 
+def _numba_import_error() -> Optional[Exception]:
+    """Why an installed numba failed to import, or None (:data:`torch_lwlrap._numba_runtime.IMPORT_ERROR`, read
+    through ``sys.modules``: a module importing the runtime would join the kernels' cache fingerprint)."""
+    runtime = sys.modules.get("torch_lwlrap._numba_runtime")
+    return None if runtime is None else runtime.IMPORT_ERROR
+
+
 def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> None:
     """Warn (once per cause) where no compiled backend ranks these tensors but one was expected: the backend was
     forced (``TORCH_LWLRAP_ENGINE`` or :func:`~torch_lwlrap.use_engine`) and gives a reason, or ``"auto"`` meets a
@@ -213,7 +219,7 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
     if device.type == "meta" or ranking_backend(device, dtype, engine) is not None:
         return
     if engine == "auto":
-        if device.type == "cpu" and _numba_runtime.IMPORT_ERROR is not None:
+        if device.type == "cpu" and _numba_import_error() is not None:
             engine = "numba"  # installed, but its import fails: as for Triton below, say why once
         elif device.type not in _triton_kernel.GPU_DEVICE_TYPES or _triton_kernel._IMPORT_ERROR is None:
             return  # no backend's home, Triton not installed, or a GPU older than Volta: the torch path, as documented
@@ -238,7 +244,7 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
         fix = "pass float16, bfloat16, float32 or float64 scores"
     elif engine == "numba" and _numba_runtime_disabled():
         fix = "unset NUMBA_DISABLE_JIT"
-    elif engine == "numba" and _numba_runtime.IMPORT_ERROR is not None:
+    elif engine == "numba" and _numba_import_error() is not None:
         fix = (
             "make `import numba` work (a NUMBA_* environment variable it refuses, or a numba that does not match "
             "this numpy: `pip install -U numba`)"

@@ -26,7 +26,8 @@ seed outside ``[0, 2**63)``, more bootstrap replicates than the memory holds), a
 names no engine and an allocation that fails. The first run in an environment says on stderr that it compiles the
 CPU kernels (:mod:`torch_lwlrap.cli._environment`).
 
-The package, by audience: ``_files`` reads and checks the CSV files, ``_match`` matches them to each other (rows
+The package, by audience: ``_files`` reads and checks the CSV files (``_pandas_index`` tells pandas' index
+written as a column from data), ``_match`` matches them to each other (rows
 selected, submissions aligned, the vocabulary checked), ``_inputs`` holds the options that choose what
 is scored (shared by ``score`` and ``compare``) and reads the files under them, ``_report`` formats the report, the
 JSON and the plot, ``_environment`` checks and reports on the machine around a run, and each subcommand is a module

@@ -18,6 +18,14 @@ from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from torch_lwlrap.cli._pandas_index import (
+    PANDAS_INDEX_NAME,
+    counts_up,
+    fnames_in_index_hint,
+    index_column_message,
+    index_column_problem,
+)
+
 __all__ = [
     "CHALLENGE_HEADER",
     "CommandError",
@@ -118,24 +126,6 @@ def _is_challenge(header: Sequence[str]) -> bool:
     return all(name in header for name in CHALLENGE_HEADER)
 
 
-_PANDAS_INDEX_NAME = re.compile(r"Unnamed: \d+")
-PANDAS_INDEX_FIX = "write the file with to_csv(path, index=False), or drop the column"
-RESET_INDEX_FIX = "write the file after df.reset_index(drop=True), or drop the column"
-
-#: The names pandas gives the old index when ``reset_index()`` makes it a column.
-_RESET_INDEX_NAMES = ("index", "level_0")
-
-
-def counts_up(values: np.ndarray) -> bool:
-    """Whether ``values`` are exactly 0, 1, 2, ..., N-1 (N >= 2): the default index pandas writes with to_csv."""
-    return (
-        values.size >= 2
-        and values[0] == 0
-        and values[-1] == values.size - 1
-        and bool(np.all(np.diff(values) == 1))
-    )
-
-
 def _number(text: str) -> float:
     """``float(text)`` for a number as CSV writers write it: Python's own ``float`` also reads ``1_0`` as 10 and
     digits of other scripts (fullwidth ``０.8``), which pandas and numpy refuse; so does this (ValueError)."""
@@ -152,31 +142,8 @@ def _counts_up_text(texts: Sequence[str]) -> bool:
 
 
 def _index_column_error(role: str, path: str, position: int, name: str, texts: Sequence[str]) -> CsvFormatError:
-    """The error for a column without a name (or named ``Unnamed: N``), or one that counts 0, 1, 2, ...: pandas'
-    index where it counts rows or comes first; else an extra comma, or a header that misses a name."""
-    named = f"({name!r})" if name else "(no name)"
-    where = f"{role} file {path!r}: column {position + 1} {named}"
-    if (not texts or _counts_up_text(texts)) and name in _RESET_INDEX_NAMES:
-        return CsvFormatError(
-            f"{where} holds the row numbers 0, 1, 2, ...: it is the index pandas' reset_index() keeps as a column, "
-            f"not data; {RESET_INDEX_FIX}."
-        )
-    if not texts or _counts_up_text(texts):
-        return CsvFormatError(
-            f"{where} holds the row numbers 0, 1, 2, ...: it is the index pandas writes by default, not data; "
-            f"{PANDAS_INDEX_FIX}."
-        )
-    if all(not text for text in texts):
-        return CsvFormatError(
-            f"{where} is empty in every row: the lines have an extra comma (at their end, or two in a row); "
-            f"remove it."
-        )
-    if position == 0:
-        return CsvFormatError(
-            f"{where} has no name in the header: if it is the index pandas writes by default, {PANDAS_INDEX_FIX}; "
-            f"else name it."
-        )
-    return CsvFormatError(f"{where} has no name in the header: name it, or drop the column.")
+    """:func:`~torch_lwlrap.cli._pandas_index.index_column_message` as the error, the column's texts read."""
+    return CsvFormatError(index_column_message(role, path, position, name, texts, not texts or _counts_up_text(texts)))
 
 
 def _swallows_rows(field: str, width: int) -> bool:
@@ -293,7 +260,7 @@ def _read_plain_table(
         len(header) >= 2
         and header[0] == "fname"
         and len(set(header)) == len(header)
-        and all(name and not _PANDAS_INDEX_NAME.fullmatch(name) for name in header)
+        and all(name and not PANDAS_INDEX_NAME.fullmatch(name) for name in header)
     )
     if not plain_header or not accept(header):
         return None
@@ -366,26 +333,15 @@ def _read_rows(text: str, path: str, role: str) -> Tuple[List[str], List[Tuple[i
         shown = ",".join(header)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        unnamed = ""
-        if not header[0]:
-            unnamed = (
-                " Its first column has no name: if it holds the fnames (a frame indexed by fname), write the file "
-                "with to_csv(path, index_label='fname')."
-            )
-        elif _PANDAS_INDEX_NAME.fullmatch(header[0]):
-            unnamed = (
-                f" Its first column, {header[0]!r}, is the name pandas gives a column without one: if it holds the "
-                f"fnames, name it, df.rename(columns={{{header[0]!r}: 'fname'}}), before writing."
-            )
         raise CsvFormatError(
             f"{role} file {path!r} has no 'fname' column: its first line must be a header such as "
-            f"'fname,labels' or 'fname,<class>,...', but got {shown!r}.{unnamed}"
+            f"'fname,labels' or 'fname,<class>,...', but got {shown!r}.{fnames_in_index_hint(header)}"
         )
     if not rows:
         raise CsvFormatError(f"{role} file {path!r} has a header but no rows.")
     seen: Dict[str, int] = {}
     for position, name in enumerate(header):
-        if not name or _PANDAS_INDEX_NAME.fullmatch(name):
+        if not name or PANDAS_INDEX_NAME.fullmatch(name):
             texts = [fields[position].strip() if position < len(fields) else "" for _, fields in rows]
             raise _index_column_error(role, path, position, name, texts)
         if name in seen:
@@ -682,41 +638,7 @@ def read_predictions(
 def _check_no_index_column(
     scores: np.ndarray, classes: Sequence[str], header: Sequence[str], path: str, known: Collection[str] = ()
 ) -> None:
-    """A class column holding 0, 1, 2, ..., N-1 is a leftover index (``df.reset_index()``), not scores; so is one
-    named as ``reset_index()`` names it that holds distinct whole numbers (row numbers of a filtered or shuffled
-    frame), unless ``known`` (the truth's classes) has a class of that name."""
-    if scores.shape[0] < 3:
-        return  # two rows scored 0 and 1 are plausible scores
-    maybe = np.flatnonzero((scores[0] == 0) & (scores[-1] == scores.shape[0] - 1))
-    for column in maybe.tolist():
-        if counts_up(scores[:, column]):
-            raise _index_column_error("prediction", path, header.index(classes[column]), classes[column], [])
-    for column, name in enumerate(classes):
-        values = scores[:, column]
-        if (
-            name in _RESET_INDEX_NAMES
-            and name not in known
-            and _distinct_whole_numbers(values)
-        ):
-            raise CsvFormatError(
-                f"prediction file {path!r}: column {header.index(name) + 1} ({name!r}) holds distinct whole numbers, "
-                f"row numbers: it is the index pandas' reset_index() keeps as a column, not scores; "
-                f"{RESET_INDEX_FIX}."
-            )
-        if (
-            header.index(name) == 0
-            and name not in known
-            and _distinct_whole_numbers(values)
-            and not np.all(np.delete(scores, column, axis=1) == np.floor(np.delete(scores, column, axis=1)))
-        ):
-            raise CsvFormatError(
-                f"prediction file {path!r}: column 1 ({name!r}) comes before fname and holds distinct whole numbers "
-                f"beside fractional scores, and the truth (or --classes) has no class {name!r}: it is the index "
-                f"pandas writes with to_csv(path) for a frame whose index is named {name!r}, not scores; "
-                f"{PANDAS_INDEX_FIX}. If it is a class, name it in --classes FILE."
-            )
-
-
-def _distinct_whole_numbers(values: np.ndarray) -> bool:
-    """Whether ``values`` are distinct non-negative whole numbers: the row numbers of a (filtered) frame."""
-    return bool(np.all((values >= 0) & (values == np.floor(values)))) and np.unique(values).size == values.size
+    """:func:`~torch_lwlrap.cli._pandas_index.index_column_problem`, raised."""
+    problem = index_column_problem(scores, classes, header, path, known)
+    if problem is not None:
+        raise CsvFormatError(problem)
