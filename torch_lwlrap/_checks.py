@@ -90,8 +90,8 @@ def _check_comparable(name: str, value: Tensor, what: str, fix: str, taken: str)
 
 
 def _check_tensor_args(preds: Tensor, target: Tensor, num_labels: Optional[int], validate_args: bool = True) -> None:
-    """Checks that need no look at the values, hence no host-device sync: always run (the dtypes torch cannot
-    compare only where the value checks, which would fail on them, run)."""
+    """Checks that need no look at the values, hence no host-device sync: always run; but the unsigned dtypes
+    torch cannot compare are refused only with ``validate_args``, whose value checks would fail on them."""
     for name, value in (("preds", preds), ("target", target)):
         _check_is_tensor(name, value)
         _check_kind(name, value)
