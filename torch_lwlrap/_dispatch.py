@@ -212,8 +212,8 @@ def _numba_import_error() -> Optional[Exception]:
 def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> None:
     """Warn (once per cause) where no compiled backend ranks these tensors but one was expected: the backend was
     forced (``TORCH_LWLRAP_ENGINE`` or :func:`~torch_lwlrap.use_engine`) and gives a reason, or ``"auto"`` meets a
-    Triton or a numba that is installed but fails to import. Silent for ``"auto"`` where no backend's home is the device, for
-    meta tensors (shape-only tests of syncs and memory), and where a compiled backend does serve them."""
+    Triton or a numba that is installed but fails to import. Silent for ``"auto"`` where no backend's home is the
+    device, for meta tensors (shape-only tests of syncs and memory), and where a compiled backend does serve them."""
     if engine not in RANKING_BACKENDS and engine != "auto":
         return
     if device.type == "meta" or ranking_backend(device, dtype, engine) is not None:
