@@ -102,7 +102,7 @@ def index_column_problem(
                 f"row numbers: it is the index pandas' reset_index() keeps as a column, not scores; "
                 f"{RESET_INDEX_FIX}."
             )
-        if header.index(name) == 0 and name not in known and _distinct_whole_numbers(values):
+        if name == header[0] and name not in known and _distinct_whole_numbers(values):
             others = np.delete(scores, column, axis=1)
             if not np.all(others == np.floor(others)):
                 return (
