@@ -510,6 +510,15 @@ P, T = _good()
 W = torch.ones(4)
 META = torch.device("meta")
 
+
+def _nested(tensor, layout):
+    """``tensor``'s rows as a nested tensor of two parts, as a pipeline of variable-length batches holds them."""
+    with warnings.catch_warnings():  # torch calls the strided layout a prototype
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.nested.nested_tensor([tensor[:2], tensor[2:]], layout=layout)
+
+
+
 # (id, args, kwargs, error, fragments the message must contain); every metric uses num_labels=3, ignore_index=-1
 BAD_BATCHES = [
     ("preds is a list", (P.tolist(), T), {}, TypeError, ["`preds`", "list"]),
@@ -530,6 +539,9 @@ BAD_BATCHES = [
     ("float8 target", (P, T.float().to(torch.float8_e5m2)), {}, TypeError, ["`target`", "float8_e5m2", "`target.float()`"]),
     ("sparse preds", (P.to_sparse(), T), {}, TypeError, ["`preds`", "sparse_coo", "`preds.to_dense()`"]),
     ("sparse target", (P, T.to_sparse()), {}, TypeError, ["`target`", "sparse_coo", "`target.to_dense()`"]),
+    ("nested preds", (_nested(P, torch.strided), T), {}, TypeError, ["`preds`", "nested", "`torch.cat(preds.unbind())`"]),
+    ("jagged preds", (_nested(P, torch.jagged), T), {}, TypeError, ["`preds`", "nested", "`torch.cat(preds.unbind())`"]),
+    ("nested target", (P, _nested(T, torch.strided)), {}, TypeError, ["`target`", "nested", "`torch.cat(target.unbind())`"]),
     ("preds and target on meta", (P.to(META), T.to(META)), {}, ValueError, ["`preds`", "meta", "cpu"]),
     ("target on meta", (P, T.to(META)), {}, ValueError, ["`target`", "meta"]),
 ]

@@ -62,6 +62,12 @@ def values_only(value):
 def _check_kind(name: str, value: Tensor) -> None:
     """A dense tensor, floating only in a dtype of ``SCORE_DTYPES`` (torch has no sorts or comparisons for the
     float8 ones yet: it would fail deep inside a metric)."""
+    if value.is_nested:  # either layout: a strided nested tensor reports torch.strided, and has no sizes to check
+        raise TypeError(
+            f"Argument `{name}` must be a dense tensor, but got a nested tensor: join its parts into one (N, C) "
+            f"tensor, `torch.cat({name}.unbind())` for parts of (n, C) rows or `torch.stack({name}.unbind())` for "
+            f"parts that are single rows (all rows need the same C labels)."
+        )
     if value.layout != torch.strided:
         raise TypeError(
             f"Argument `{name}` must be a dense tensor, but got layout {value.layout}: convert it with "

@@ -111,8 +111,8 @@ def correlation_rows(a: Tensor, b: Tensor, method: str, check_nan: bool = False)
     and with ``check_nan`` whether a score of either is NaN (then the values are not to be used)."""
     a, b = _common(a, b)
     n, num_classes = a.shape
-    value = torch.zeros(n, dtype=torch.float64)
-    defined = torch.zeros(n, dtype=torch.bool)
+    value = torch.zeros(n, dtype=torch.float64, device="cpu")
+    defined = torch.zeros(n, dtype=torch.bool, device="cpu")
     if not n:
         return value, defined, False
     _, bits_a, nbits = _bits(a)
@@ -130,7 +130,7 @@ def distance_rows(a: Tensor, b: Tensor, k: int, check_nan: bool = False) -> Tupl
     distances are not to be used)."""
     a, b = _common(a, b)
     n, num_classes = a.shape
-    out = torch.zeros(n, dtype=torch.float64)
+    out = torch.zeros(n, dtype=torch.float64, device="cpu")
     if not n:
         return out, False
     values_a, bits_a, nbits = _bits(a)

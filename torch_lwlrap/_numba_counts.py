@@ -111,7 +111,7 @@ def label_counts_numba(
     knowns = np.ones((1, 1), dtype=np.uint8) if known is None else known.contiguous().numpy().view(np.uint8)
     positive_bytes = positives.numpy().view(np.uint8).reshape(-1)
     per_row = np.zeros(num_samples, dtype=np.int64)
-    known_count = torch.empty(num_samples, dtype=torch.int64)
+    known_count = torch.empty(num_samples, dtype=torch.int64, device="cpu")
     # One serial pass: a parallel region costs more than summing the bytes when other processes hold the cores.
     _count_positives(positive_bytes, knowns, known is not None, num_classes, per_row, known_count.numpy())
     offsets = np.zeros(num_samples + 1, dtype=np.int64)
@@ -138,9 +138,9 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
         scores = (scores if native else scores.to(torch.float32)).contiguous()
         block_offsets = offsets[start : stop + 1] - offsets[start]
         total = int(block_offsets[-1])
-        rows = torch.empty(total, dtype=torch.int64)
-        cols = torch.empty(total, dtype=torch.int64)
-        fields = [torch.empty(total, dtype=torch.int32) for _ in range(6)]
+        rows = torch.empty(total, dtype=torch.int64, device="cpu")
+        cols = torch.empty(total, dtype=torch.int64, device="cpu")
+        fields = [torch.empty(total, dtype=torch.int32, device="cpu") for _ in range(6)]
         num_blocks = max(1, -(-(stop - start) // block_rows))
         nan_flags = np.zeros(num_blocks, dtype=np.uint8)
         # Per-block class sums (summed in block order by torch: the result does not depend on the threads) and
@@ -161,8 +161,8 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
         if defer_untied:
             total = _compact_written(block_offsets, written, rows.numpy(), cols.numpy(), *[f.numpy() for f in fields])
             rows, cols, fields = rows[:total], cols[:total], [f[:total] for f in fields]
-            class_total = torch.zeros(num_classes, dtype=torch.float64)
-            count_total = torch.zeros(num_classes, dtype=torch.int64)
+            class_total = torch.zeros(num_classes, dtype=torch.float64, device="cpu")
+            count_total = torch.zeros(num_classes, dtype=torch.int64, device="cpu")
             add_block_sums(class_sums, class_counts, class_total.numpy(), count_total.numpy())
             untied = UntiedSums(
                 start,
@@ -171,7 +171,7 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
                 torch.from_numpy(sample_sums),
                 torch.from_numpy(np.diff(block_offsets)),
             )
-        yield CompactCounts(rows, cols, LabelCounts(torch.ones(total, dtype=torch.bool), *fields),
+        yield CompactCounts(rows, cols, LabelCounts(torch.ones(total, dtype=torch.bool, device="cpu"), *fields),
                             bool(nan_flags.any()), untied)
         start = stop
 

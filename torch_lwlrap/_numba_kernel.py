@@ -142,9 +142,9 @@ def target_masks(target: Tensor, ignore_index: Optional[int]):
         ([[False, True], [True, False]], [[True, True], [True, False]])
     """
     array, ignore = _target_array(target, ignore_index)
-    positive = torch.empty(target.shape, dtype=torch.bool)
+    positive = torch.empty(target.shape, dtype=torch.bool, device="cpu")
     has_known = ignore_index is not None
-    known = torch.empty(target.shape if has_known else (1, 1), dtype=torch.bool)
+    known = torch.empty(target.shape if has_known else (1, 1), dtype=torch.bool, device="cpu")
     run(_fill_masks, array.size, array, ignore, has_known, positive.numpy(), known.numpy())
     return positive, (known if has_known else None)
 

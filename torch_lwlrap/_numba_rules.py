@@ -49,7 +49,7 @@ def expected_precision(
         raise ValueError(f"The four counts must have one shape, but got shapes {sorted(shapes)}.")
     fields = [field.reshape(-1).to(torch.int32).contiguous().numpy() for field in (above, above_positive, tied,
                                                                                   tied_positive)]
-    out = torch.empty(above.shape, dtype=torch.float64)
+    out = torch.empty(above.shape, dtype=torch.float64, device="cpu")
     if out.numel():
         _expected_precisions(*fields, s_table.numpy(), t_table.numpy(), small, np.asarray(coefficients),
                              series_terms, series_below, out.view(-1).numpy())

@@ -218,7 +218,7 @@ def joined_compact_counts(blocks) -> Tuple[Tensor, Tensor, LabelCounts]:
     """The compact blocks of :func:`torch_lwlrap._numba_counts.label_counts_numba` as one ``(rows, cols, counts)``."""
     blocks = list(blocks)
     if not blocks:
-        empty = torch.zeros(0, dtype=torch.int32)
+        empty = torch.zeros(0, dtype=torch.int32, device="cpu")
         return empty.long(), empty.long(), LabelCounts(empty.bool(), *[empty] * (len(LabelCounts._fields) - 1))
     rows = torch.cat([block.rows for block in blocks])
     cols = torch.cat([block.cols for block in blocks])
@@ -232,7 +232,7 @@ def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None
     if not _dispatch.compiled_cpu_pass("counts", preds.device, preds.dtype):
         return dense_label_counts(preds, positive, known)
     num_samples, num_classes = preds.shape
-    dense = [torch.zeros(num_samples * num_classes, dtype=torch.int32) for _ in LabelCounts._fields[1:]]
+    dense = [torch.zeros(num_samples * num_classes, dtype=torch.int32, device="cpu") for _ in LabelCounts._fields[1:]]
     for block in _numba_counts.label_counts_numba(preds, positive, known)[1]:
         cells = block.rows * num_classes + block.cols
         for out, field in zip(dense, block.counts[1:]):

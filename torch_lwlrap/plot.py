@@ -190,7 +190,10 @@ def plot_values(
     numbers = []
     for name in names:
         value = values[name]
-        value = value.detach().to("cpu", torch.float64) if isinstance(value, Tensor) else torch.tensor(float(value))
+        if isinstance(value, Tensor):
+            value = value.detach().to("cpu", torch.float64)
+        else:
+            value = torch.tensor(float(value), dtype=torch.float64, device="cpu")
         if value.numel() != 1:
             raise ValueError(f"Value {name!r} must be a scalar, but got shape {tuple(value.shape)}.")
         numbers.append(float(value))

@@ -110,7 +110,7 @@ class TaggedMetric(Metric):
         for rank, tag in enumerate(tags[1:], 1):
             if _without_settings(tag) == _without_settings(tags[0]):
                 continue
-            owners = [tag_owner(torch.tensor(values, dtype=torch.int64)) for values in (tags[0], tag)]
+            owners = [tag_owner(torch.tensor(values, dtype=torch.int64, device="cpu")) for values in (tags[0], tag)]
             if None not in owners and owners[0] != owners[1]:  # a collection computed in another order, say
                 first, other = (_class_with_code(owner) or "another metric class" for owner in owners)
                 raise ValueError(
@@ -119,7 +119,8 @@ class TaggedMetric(Metric):
                     f"collection in the same order on every process), or their sums would be added together."
                 )
             mine, theirs = (
-                _decoded(torch.tensor(values, dtype=torch.int64), self._options) for values in (tags[0], tag)
+                _decoded(torch.tensor(values, dtype=torch.int64, device="cpu"), self._options)
+                for values in (tags[0], tag)
             )
             if mine is not None and theirs is not None:
                 differ = [name for name in mine if mine[name] != theirs[name] and name not in _PER_PROCESS_OPTIONS]

@@ -128,7 +128,7 @@ def _weights(sample_hash: Tensor, replicate_hash: Tensor, thresholds: Tensor) ->
 def _thresholds(device) -> Tensor:
     device = torch.device(device)
     if device.type == "cpu":
-        return torch.tensor(POISSON_THRESHOLDS, dtype=torch.int64)
+        return torch.tensor(POISSON_THRESHOLDS, dtype=torch.int64, device=device)
     # Filled on the device from scalars: a tensor copied from host memory would wait for the device.
     return torch.stack([torch.full((), t, dtype=torch.int64, device=device) for t in POISSON_THRESHOLDS])
 
@@ -188,7 +188,7 @@ def add_class_sums_(
         # Items grouped by sample: one weight per (sample, replicate), drawn and added in one compiled pass, into
         # (G, replicates) sums for a group of replicates at a time.
         runs, items = torch.unique_consecutive(sample, return_counts=True)
-        item_start = torch.zeros(runs.numel() + 1, dtype=torch.int64)
+        item_start = torch.zeros(runs.numel() + 1, dtype=torch.int64, device=device)
         torch.cumsum(items, 0, out=item_start[1:])
         sample_hash = _sample_hashes(key, runs)
         group = group.to(torch.int64).contiguous()
@@ -247,10 +247,12 @@ def add_weighted_sums_(key: Tensor, first_sample: Union[int, Tensor], pairs) -> 
             items = sample.repeat_interleave(k)
             group = torch.arange(k, device=device).repeat(num_rows)
             if out.is_floating_point():  # added onto the running sums in stream order, as add_class_sums_ does
-                add_class_sums_(out, torch.zeros(out.shape, dtype=torch.int64), key, items, group, values.reshape(-1))
+                ignored_count = torch.zeros(out.shape, dtype=torch.int64, device=device)
+                add_class_sums_(out, ignored_count, key, items, group, values.reshape(-1))
                 continue
             total = torch.zeros(out.shape, dtype=torch.float64, device=device)
-            add_class_sums_(total, torch.zeros(out.shape, dtype=torch.int64), key, items, group, values.reshape(-1))
+            ignored_count = torch.zeros(out.shape, dtype=torch.int64, device=device)
+            add_class_sums_(total, ignored_count, key, items, group, values.reshape(-1))
             out += total.round().to(out.dtype)
         return
     thresholds = _thresholds(device)
