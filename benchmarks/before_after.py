@@ -11,7 +11,7 @@ table gives each version's median over ``--rounds`` rounds and the ratio after /
 between rounds, so only the ratios of one run compare.
 
 Run ``python -m benchmarks.before_after --before ../old --after .`` (about 5 minutes on 2 cores once compiled). It
-prints the table and writes ``<out>/before_after.md`` and ``.json`` (``--out``, default the scratch folder).
+prints the table and writes ``<out>/<name>.md`` and ``.json`` (``--out``, default the scratch folder; ``--name``, default ``before_after``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.run import SCRATCH_DIR, WARM_UP_CALLS, count_argument, machine_metadata, sizes_argument
+from benchmarks.run import WARM_UP_CALLS, add_output_arguments, count_argument, machine_metadata, sizes_argument, write_tables
 
 CASES = ["lwlrap", "expected", "bootstrap", "ranking_collection", "spearman", "kendall", "distance"]
 
@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
     parser.add_argument("--size", type=sizes_argument, default="20000x527",
                         help="NxC of the batch (the default is the issue's size)")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR)
+    add_output_arguments(parser, "before_after")
     args = parser.parse_args(argv)
     if len(args.size) != 1 or args.size[0][2] is not None:
         parser.error(f"--size takes one NxC, without a density: got {args.size}")
@@ -107,13 +107,9 @@ def main(argv=None) -> None:
         b, a = statistics.median(runs["before"]), statistics.median(runs["after"])
         table[case] = {"before_ms": b, "after_ms": a, "ratio": a / b, "runs": runs}
         lines.append(f"| {case} | {b:.2f} | {a:.2f} | {a / b:.2f}x |")
-    text = "\n".join(lines)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine_metadata(["cpu"]), "before": str(before), "after": str(after), "rounds": args.rounds,
               "calls": args.calls, "size": list(size), "cases": table}
-    (args.out / "before_after.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "before_after.md").write_text(text + "\n")
+    write_tables(args.out / args.name, report, "\n".join(lines))
 
 
 if __name__ == "__main__":

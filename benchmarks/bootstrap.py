@@ -30,7 +30,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks.run import RESULTS_DIR, SCRATCH_DIR, _status_kib, machine_metadata, make_inputs, time_fast, warm_up
+from benchmarks.run import _status_kib, add_output_arguments, machine_metadata, make_inputs, time_fast, warm_up, write_tables
 
 MiB = 1 << 20
 
@@ -133,9 +133,7 @@ def meta_peak(num_samples: int, num_classes: int, num_bootstrap: int, kind: str 
 def main(argv: List[str] = None) -> Dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
-                        help=f"output folder (default {SCRATCH_DIR}, git-ignored; the committed tables are in "
-                             f"{RESULTS_DIR})")
+    add_output_arguments(parser, None, "bootstrap, or bootstrap-quick with --quick")
     parser.add_argument("--min-run-time", type=float, default=None)
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds of plain and bootstrap updates")
     args = parser.parse_args(argv)
@@ -158,12 +156,8 @@ def main(argv: List[str] = None) -> Dict:
             "lwlrap_bytes": meta_peak(n, c, b, "lwlrap"), "lrap_bytes": meta_peak(n, c, b, "lrap"),
             "lwlrap_plain_bytes": meta_peak(n, c, 0, "lwlrap"), "lrap_plain_bytes": meta_peak(n, c, 0, "lrap"),
         })
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = "bootstrap-quick" if args.quick else "bootstrap"
-    (args.out / f"{tag}.json").write_text(json.dumps(report, indent=2))
-    text = format_report(report)
-    (args.out / f"{tag}.md").write_text(text)
-    print(text)
+    write_tables(args.out / (args.name or ("bootstrap-quick" if args.quick else "bootstrap")), report,
+                 format_report(report))
     return report
 
 

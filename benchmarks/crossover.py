@@ -15,15 +15,13 @@ and the density at which it crosses 1 is the switch point.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from benchmarks.run import RESULTS_DIR, SCRATCH_DIR, machine_metadata, make_inputs, time_fast
+from benchmarks.run import add_output_arguments, machine_metadata, make_inputs, time_fast, write_tables
 
 
 def torch_paths(sizes: Sequence[tuple], densities: Sequence[float], device: str, min_run_time: float) -> List[Dict]:
@@ -107,9 +105,7 @@ def markdown(title: str, rows: List[Dict]) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.crossover", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test; the numbers mean little)")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
-                        help=f"output folder. Default: {SCRATCH_DIR} (git-ignored); the committed results are in "
-                        f"{RESULTS_DIR}.")
+    add_output_arguments(parser, None, "crossover, or crossover-quick with --quick")
     args = parser.parse_args(argv)
     min_run_time = 0.05 if args.quick else 0.5
     densities = [0.02, 0.3] if args.quick else [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8]
@@ -124,9 +120,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if _numba_kernel.is_available("cpu"):
         numba_sizes = [(200, 64)] if args.quick else [(5_000, 80), (2_000, 527), (200, 2_000), (100, 10_000)]
         report["numba"] = numba_rows(numba_sizes, densities, min_run_time)
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = "crossover-quick" if args.quick else "crossover"
-    (args.out / f"{tag}.json").write_text(json.dumps(report, indent=2))
     lines = [
         "# Where sorting beats counting",
         "",
@@ -140,8 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines += markdown("torch paths (`COUNT_MAX_DENSITY` applies to `positives / (N log2 C)`)", report["torch"])
     lines += markdown("numba row strategies (`SORT_POSITIVES_PER_LOG2` applies to the positives of a row / log2 C)",
                       report["numba"])
-    (args.out / f"{tag}.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_tables(args.out / (args.name or ("crossover-quick" if args.quick else "crossover")), report, "\n".join(lines))
     return 0
 
 

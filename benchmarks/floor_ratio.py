@@ -16,13 +16,12 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import torch
 
 from benchmarks.anchors import read_inputs
-from benchmarks.run import SCRATCH_DIR, count_argument, machine_metadata, make_inputs, write_tables
+from benchmarks.run import add_output_arguments, count_argument, machine_metadata, make_inputs, write_tables
 from torch_lwlrap import multilabel_lwlrap
 
 #: Copies of the inputs taken in turn.
@@ -79,12 +78,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--classes", type=int, default=527)
     parser.add_argument("--calls", type=count_argument, default=60, help="calls of each (default: 60)")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR, help="folder for the tables (default: benchmarks/out)")
-    parser.add_argument("--name", default="floor_ratio", help="file name of the tables, without suffix")
+    add_output_arguments(parser, "floor_ratio")
     args = parser.parse_args(argv)
     record = run(args.samples, args.classes, args.calls)
     machine = machine_metadata(["cpu"])
-    write_tables(Path(args.out) / args.name, {"machine": machine, **record}, markdown(record, machine))
+    write_tables(args.out / args.name, {"machine": machine, **record}, markdown(record, machine))
     return 0
 
 

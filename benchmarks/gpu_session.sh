@@ -12,7 +12,8 @@
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_session.sh
 #
-# Results land in $OUT (default: gpu_session_results/): doctor.txt/.json, pytest.log, gpu_check.md/.json, cuda.md/.json/.png.
+# Results land in $OUT (default: gpu_session_results/): doctor.txt/.json, pytest.log, gpu_check.md/.json/.log,
+# cuda.md/.json/.png and sweep.log.
 # STEPS picks the steps (default "0 1 2 3"): e.g. STEPS="0 1" and then STEPS="2 3" split the run in two.
 # PYTEST_ARGS (default: the whole suite) narrows step 1, so that it too can be split across runs, e.g.
 #   PYTEST_ARGS="tests/test_core.py tests/test_reliability.py" and then
@@ -66,7 +67,8 @@ fi
 
 if [[ "$steps" == *" 2 "* ]]; then
     echo "== 2. gpu_check"
-    python3 benchmarks/gpu_check.py --out "$out/gpu_check" || [ "$status" -ne 0 ] || status=2
+    python3 benchmarks/gpu_check.py --out "$out/gpu_check" 2>&1 | tee "$out/gpu_check.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || [ "$status" -ne 0 ] || status=2
     for f in results.md results.json; do
         [ -f "$out/gpu_check/$f" ] && mv "$out/gpu_check/$f" "$out/gpu_check.${f#results.}"
     done
@@ -75,7 +77,9 @@ fi
 
 if [[ "$steps" == *" 3 "* ]]; then
     echo "== 3. benchmark sweep on CUDA"
-    python3 -m benchmarks --device cuda --tag cuda --out "$out" || [ "$status" -ne 0 ] || status=3
+    # The sweep rewrites cuda.json and cuda.md after every case: a run stopped by a time limit keeps what it measured.
+    python3 -m benchmarks --device cuda --tag cuda --out "$out" 2>&1 | tee "$out/sweep.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || [ "$status" -ne 0 ] || status=3
 fi
 
 exit "$status"

@@ -26,7 +26,8 @@ The header gives the CPU time torch's OpenMP threads spin after that matmul (mea
 case by case in alternation with this checkout, and puts the two side by side.
 
 Run ``python -m benchmarks.latency`` (about 10 minutes on 2 cores; ``--quick`` for a smoke run). It prints the
-tables and writes ``<out>/latency.json`` and ``<out>/latency.md`` (``--out``, default the git-ignored scratch folder of ``benchmarks/run.py``).
+tables and writes ``<out>/<name>.json`` and ``.md`` (``--out``, default the git-ignored scratch folder of ``benchmarks/run.py``;
+``--name``, default ``latency``).
 
 Batches are float32 scores and float32 0/1 targets (as a ``BCEWithLogitsLoss`` loop has them) with 1 to 3
 positive labels per row.
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a script (the children are, so that torch_lwlrap may come from another tree)
     sys.path.append(str(ROOT))
 
-from benchmarks.run import SCRATCH_DIR  # noqa: E402
+from benchmarks.run import add_output_arguments, write_tables  # noqa: E402
 
 SIZES = [(32, 80), (32, 527), (256, 80), (256, 527), (2048, 80), (2048, 527), (20000, 80), (20000, 527)]
 PATHS = ["numba", "torch", "torchmetrics", "sumonly"]
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default=None, help="comma-separated NxC, replacing the default sizes")
     parser.add_argument("--before", type=Path, default=None, help="an earlier torch_lwlrap source tree to time too")
     parser.add_argument("--busy-limit", type=float, default=1800, help="seconds after which busy processes stop")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR, help=f"output folder (default {SCRATCH_DIR})")
+    add_output_arguments(parser, "latency")
     args = parser.parse_args(argv)
     if args.child:
         path, threading, rows, classes, seconds, loop, call = args.child
@@ -421,12 +422,8 @@ def main(argv=None) -> int:
         finally:
             if busy is not None:
                 busy.__exit__(None, None, None)
-    table = format_tables(records, meta)
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "latency.json").write_text(json.dumps({"metadata": meta, "records": records}, indent=1))
-    (args.out / "latency.md").write_text(table)
-    print(f"written: {args.out / 'latency.md'}", file=sys.stderr)
+    write_tables(args.out / args.name, {"metadata": meta, "records": records}, format_tables(records, meta))
+    print(f"written: {(args.out / args.name).with_suffix('.md')}", file=sys.stderr)
     return 0
 
 

@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
 from benchmarks.run import (
-    RESULTS_DIR,
-    SCRATCH_DIR,
+    add_output_arguments,
     count_argument,
     machine_metadata,
     make_inputs,
@@ -178,9 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--rounds", type=count_argument, default=5, help="rounds, each entry timed once a round (default: 5)")
     parser.add_argument("--scipy-rows", type=count_argument, default=400, help="rows the scipy loops score (default: 400)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
-                        help=f"output folder for ltr_agreement.md and .json (default {SCRATCH_DIR}, git-ignored; the "
-                             f"committed tables are in {RESULTS_DIR})")
+    add_output_arguments(parser, "ltr_agreement")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -189,7 +185,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     records = run(args.sizes, args.min_run_time, args.scipy_rows, args.rounds)
     for record in records:
         record["torch_threads"] = torch.get_num_threads()
-    write_tables(args.out / "ltr_agreement", {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
+    write_tables(args.out / args.name, {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
     return 0
 
 

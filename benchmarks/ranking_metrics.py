@@ -3,26 +3,24 @@
     python -m benchmarks.ranking_metrics                 # CPU, 20,000 x 527, with the scikit-learn anchors
     python -m benchmarks.ranking_metrics --no-anchors    # library entries only
     python -m benchmarks.ranking_metrics --sizes 2000x527 --min-run-time 0.2
-    python -m benchmarks.ranking_metrics --threads 1 --out benchmarks/results/ranking_metrics_1thread
+    python -m benchmarks.ranking_metrics --threads 1 --out benchmarks/results --name ranking_metrics_1thread
 
 Every entry runs in the same process on the same inputs (``benchmarks.run.make_inputs``: float32 scores, bool
 targets, 1-3 labels per row); the table gives each median and its ratio to ``multilabel_lwlrap`` alone. The
-results (with the machine) go to ``benchmarks/results/ranking_metrics.json`` and ``.md``. Not a test: the test suite
-checks the values.
+results (with the machine) go to ``<out>/<name>.json`` and ``.md`` (``ranking_metrics`` in the scratch folder by
+default). Not a test: the test suite checks the values.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
 from benchmarks.run import (
-    RESULTS_DIR,
-    SCRATCH_DIR,
+    add_output_arguments,
     machine_metadata,
     make_inputs,
     sizes_argument,
@@ -141,9 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds per timed entry (default: 1)")
     parser.add_argument("--no-anchors", action="store_true", help="skip scikit-learn")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
-                        help=f"output folder for ranking_metrics.md and .json (default {SCRATCH_DIR}, git-ignored; the "
-                             f"committed tables are in {RESULTS_DIR})")
+    add_output_arguments(parser, "ranking_metrics")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -151,7 +147,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     records = run(args.sizes, args.min_run_time, not args.no_anchors)
     for record in records:
         record["torch_threads"] = threads
-    write_tables(args.out / "ranking_metrics", {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
+    write_tables(args.out / args.name, {"machine": machine_metadata(["cpu"]), "cases": records}, markdown(records))
     return 0
 
 

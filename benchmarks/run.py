@@ -306,19 +306,29 @@ def _status_kib(field: str) -> int:
 def memory_probe(num_samples: int, num_classes: int, density: Optional[float], impl: str, seed: int) -> Dict:
     """Peak RSS added by one call, measured in this (fresh) process; run by :func:`cpu_peak_extra_bytes`.
 
-    The inputs are generated in chunks and a tiny warm-up call loads the code paths; then the peak-RSS mark
-    (``VmHWM``) is reset through ``/proc/self/clear_refs`` and the call is made: the result is ``VmHWM`` after the
-    call minus ``VmRSS`` before it. Where the mark cannot be reset, ``ru_maxrss`` before and after is used, which
+    The inputs are generated in chunks and a warm-up call loads the code paths: on as many rows as make a compiled
+    pass enter its parallel variant (a kernel's serial and parallel variants load separately), so that neither
+    variant's loading, nor its compiling where the cache is cold, counts as the call's memory. Its freed memory is
+    handed back to the system (glibc's ``malloc_trim``) so that the call cannot reuse it unseen. Then the peak-RSS
+    mark (``VmHWM``) is reset through ``/proc/self/clear_refs`` and the call is made: the result is ``VmHWM`` after
+    the call minus ``VmRSS`` before it. Where the mark cannot be reset, ``ru_maxrss`` before and after is used, which
     can only under-report if input generation peaked higher than the call.
     """
+    import ctypes
     import gc
     import resource
 
+    from torch_lwlrap._numba_runtime import PARALLEL_MIN_SCORES_PER_THREAD
+
     preds, target = make_inputs(num_samples, num_classes, density, "cpu", seed)
     fn = library_implementations("cpu")[impl]
-    small_preds, small_target = make_inputs(8, num_classes, density, "cpu", seed)
-    fn(small_preds, small_target)
+    warm_rows = min(num_samples, -(-2 * PARALLEL_MIN_SCORES_PER_THREAD // num_classes) + 1)
+    fn(preds[:warm_rows], target[:warm_rows])
     gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: freed memory may stay resident, and the call may reuse it
+        pass
     try:
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")
@@ -477,6 +487,22 @@ def _add_ratios(record: Dict) -> None:
             entry["rows_per_second"] = entry["rows"] / entry["seconds"]
 
 
+def add_output_arguments(parser: argparse.ArgumentParser, name: Optional[str], name_help: str = "") -> None:
+    """``--out`` (the folder) and ``--name`` (the file name, without suffix) of a script's tables, as each takes them:
+    so that any committed table can be written again under its own name (``--out benchmarks/results --name ...``)."""
+    parser.add_argument("--out", type=Path, default=SCRATCH_DIR,
+                        help=f"folder for the tables (default {SCRATCH_DIR}, git-ignored; the committed tables are "
+                        f"in {RESULTS_DIR})")
+    parser.add_argument("--name", type=_file_name, default=name,
+                        help=f"file name of the tables, without suffix (default: {name_help or name})")
+
+
+def _file_name(text: str) -> str:
+    if not text or "/" in text or text in (".", ".."):
+        raise argparse.ArgumentTypeError(f"names the tables' files, not a folder (use --out for that): {text!r}")
+    return text
+
+
 def write_tables(path, report: Dict, table: str) -> None:
     """Print ``table`` and write it to ``path`` with the suffix ``.md``, and ``report`` beside it as ``.json``."""
     print(table)
@@ -556,7 +582,7 @@ def write_markdown(report: Dict, path: Path) -> None:
         f"- CPU: {meta['cpu']} ({meta['cpu_count']} cores, torch threads {meta['torch_threads']}); GPU: {meta['gpu']}",
         f"- torch {meta['torch']}, torchmetrics {meta['torchmetrics']}, scikit-learn {meta['scikit-learn']}, "
         f"numpy {meta['numpy']}, python {meta['python']}",
-        f"- Command: `{report['command']}`",
+        f"- Command: `{report['command']}`; cases measured: {report.get('cases_done', len(report['cases']))}",
         "",
         "Speed-ups compare rows per second; the anchors run on a slice of rows (column *rows*). "
         "*x floor* is the time over the floor (CPU: one read of the inputs; CUDA: input bytes over the "
@@ -699,16 +725,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "cuda_copy_bandwidth": bandwidth,
         "cases": [],
     }
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path, png_path = (args.out / f"{tag}{suffix}" for suffix in (".json", ".md", ".png"))
     for index, case in enumerate(cases, 1):
         _log(f"[{index}/{len(cases)}]")
         report["cases"].append(run_case(case, args, bandwidth))
         if case.device == "cuda":
             torch.cuda.empty_cache()
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path, png_path = (args.out / f"{tag}{suffix}" for suffix in (".json", ".md", ".png"))
-    json_path.write_text(json.dumps(report, indent=2))
-    write_markdown(report, md_path)
+        # Written after every case: a sweep killed by a time limit, or crashing in a later case, keeps what it measured.
+        report["cases_done"] = f"{index} of {len(cases)}"
+        json_path.write_text(json.dumps(report, indent=2))
+        write_markdown(report, md_path)
     write_plot(report, png_path)
     _log(f"wrote {json_path}, {md_path} and {png_path}")
     mismatches = [

@@ -17,12 +17,11 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import torch
 
-from benchmarks.run import SCRATCH_DIR, count_argument, machine_metadata, warm_up, write_tables
+from benchmarks.run import add_output_arguments, count_argument, machine_metadata, warm_up, write_tables
 from torch_lwlrap import multilabel_lwlrap, tie_report
 
 ENTRIES = {
@@ -89,14 +88,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--classes", type=int, default=527)
     parser.add_argument("--repeats", type=count_argument, default=21)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--out", type=Path, default=SCRATCH_DIR, help="folder for the tables (default: benchmarks/out)")
-    parser.add_argument("--name", default="ties", help="file name of the tables, without suffix (default: ties)")
+    add_output_arguments(parser, "ties")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     records = run(args.samples, args.classes, args.repeats)
     machine = machine_metadata(["cpu"])
-    write_tables(Path(args.out) / args.name, {"machine": machine, "cases": records}, markdown(records, machine))
+    write_tables(args.out / args.name, {"machine": machine, "cases": records}, markdown(records, machine))
     return 0
 
 

@@ -213,12 +213,44 @@ def test_ties_benchmark_writes_its_tables(tmp_path):
 
 
 def test_ranking_metrics_benchmark_writes_its_table(tmp_path):
-    # A smoke run (no time asserted); its --out is a folder, as every benchmark's is.
+    # A smoke run (no time asserted); its --out is a folder, as every benchmark's is, and --name names the files, as
+    # the command of the committed one-thread table does.
     run_module("benchmarks.ranking_metrics", "--sizes", "200x20", "--min-run-time", "0.02", "--no-anchors",
-               tmp_path=tmp_path)
-    report = json.loads((tmp_path / "ranking_metrics.json").read_text())
+               "--threads", "1", "--name", "ranking_metrics_1thread", tmp_path=tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ranking_metrics_1thread.json",
+                                                                "ranking_metrics_1thread.md"]
+    report = json.loads((tmp_path / "ranking_metrics_1thread.json").read_text())
     assert report["machine"] and report["cases"] and "| the six metric objects, one pass each |" in (
-        tmp_path / "ranking_metrics.md").read_text()
+        tmp_path / "ranking_metrics_1thread.md").read_text()
+
+
+def test_a_name_that_is_a_folder_is_one_usage_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "benchmarks.latency", "--out", str(tmp_path), "--name", "a/b"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "not a folder (use --out for that): 'a/b'" in done.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_sweep_keeps_the_cases_it_finished_when_a_later_one_fails(tmp_path, monkeypatch):
+    # A GPU session's sweep killed by its time limit, or crashing in a later case, must not lose the earlier cases.
+    from benchmarks import run
+
+    real, calls = run.run_case, []
+
+    def second_case_fails(case, args, bandwidth):
+        calls.append(case)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(case, args, bandwidth)
+
+    monkeypatch.setattr(run, "run_case", second_case_fails)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        run.main(["--device", "cpu", "--quick", "--memory", "none", "--sizes", "40x8,50x8", "--tag", "part",
+                  "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "part.json").read_text())
+    assert [case["case"] for case in report["cases"]] == [calls[0].name] and report["cases_done"] == "1 of 2"
+    table = (tmp_path / "part.md").read_text()
+    assert "cases measured: 1 of 2" in table and f"## {calls[0].name}" in table
 
 
 def test_floor_ratio_benchmark_writes_its_table(tmp_path):
@@ -230,9 +262,22 @@ def test_floor_ratio_benchmark_writes_its_table(tmp_path):
     assert "| floor (one read) |" in (tmp_path / "floor_ratio.md").read_text()
 
 
-@pytest.mark.parametrize(
-    "module", ["benchmarks.run", "benchmarks.crossover", "benchmarks.latency", "benchmarks.ties", "benchmarks.floor_ratio"]
-)
+OUTPUT_NAMES = {  # each script's default name for its tables (the sweep's --tag comes from --quick and --device)
+    "benchmarks.run": None, "benchmarks.crossover": None, "benchmarks.bootstrap": None,
+    "benchmarks.latency": "latency", "benchmarks.ties": "ties", "benchmarks.floor_ratio": "floor_ratio",
+    "benchmarks.before_after": "before_after", "benchmarks.ltr_agreement": "ltr_agreement",
+    "benchmarks.ranking_metrics": "ranking_metrics",
+}
+
+
+def test_every_benchmark_script_is_listed_for_its_output_folder():
+    scripts = {f"benchmarks.{path.stem}" for path in (ROOT / "benchmarks").glob("*.py")}
+    # anchors: no tables; cli_speed: --json; gpu_check: its own folder; triton_aot: a compile check; __main__: run
+    assert scripts - set(OUTPUT_NAMES) == {"benchmarks.anchors", "benchmarks.cli_speed", "benchmarks.gpu_check",
+                                           "benchmarks.triton_aot", "benchmarks.__main__", "benchmarks.__init__"}
+
+
+@pytest.mark.parametrize("module", sorted(OUTPUT_NAMES))
 def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
     # Without --out a run must never overwrite the committed results in benchmarks/results.
     import argparse
@@ -244,13 +289,16 @@ def test_default_output_is_a_git_ignored_scratch_folder(module, monkeypatch):
     parse_args = argparse.ArgumentParser.parse_args
 
     def stop(self, args=None, namespace=None):
-        seen["out"] = parse_args(self, args, namespace).out
+        parsed = parse_args(self, args, namespace)
+        seen["out"], seen["name"] = parsed.out, getattr(parsed, "name", parsed.tag if hasattr(parsed, "tag") else "?")
         raise SystemExit(0)
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
     with pytest.raises(SystemExit):
-        importlib.import_module(module).main([])
+        required = ["--before", str(ROOT), "--after", str(ROOT)] if module == "benchmarks.before_after" else []
+        importlib.import_module(module).main(required)
     assert seen["out"] == SCRATCH_DIR != RESULTS_DIR
+    assert seen["name"] == OUTPUT_NAMES[module]
     if (ROOT / ".git").exists():
         ignored = subprocess.run(["git", "check-ignore", "-q", str(SCRATCH_DIR / "cpu.json")], cwd=ROOT)
         assert ignored.returncode == 0, f"{SCRATCH_DIR} is not git-ignored"
