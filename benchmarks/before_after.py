@@ -11,7 +11,8 @@ table gives each version's median over ``--rounds`` rounds and the ratio after /
 between rounds, so only the ratios of one run compare.
 
 Run ``python -m benchmarks.before_after --before ../old --after .`` (about 5 minutes on 2 cores once compiled). It
-prints the table and writes ``<out>/<name>.md`` and ``.json`` (``--out``, default the scratch folder; ``--name``, default ``before_after``).
+prints the table and writes ``<out>/<name>.md`` and ``.json`` (``--out``, default the scratch folder; ``--name``,
+default ``before_after``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.run import WARM_UP_CALLS, add_output_arguments, count_argument, machine_metadata, sizes_argument, write_tables
+from benchmarks.run import (
+    WARM_UP_CALLS, add_output_arguments, count_argument, machine_metadata, sizes_argument, write_tables,
+)
 
 CASES = ["lwlrap", "expected", "bootstrap", "ranking_collection", "spearman", "kendall", "distance"]
 

@@ -30,7 +30,9 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks.run import _status_kib, add_output_arguments, machine_metadata, make_inputs, time_fast, warm_up, write_tables
+from benchmarks.run import (
+    _status_kib, add_output_arguments, machine_metadata, make_inputs, time_fast, warm_up, write_tables,
+)
 
 MiB = 1 << 20
 

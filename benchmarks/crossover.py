@@ -133,7 +133,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines += markdown("torch paths (`COUNT_MAX_DENSITY` applies to `positives / (N log2 C)`)", report["torch"])
     lines += markdown("numba row strategies (`SORT_POSITIVES_PER_LOG2` applies to the positives of a row / log2 C)",
                       report["numba"])
-    write_tables(args.out / (args.name or ("crossover-quick" if args.quick else "crossover")), report, "\n".join(lines))
+    name = args.name or ("crossover-quick" if args.quick else "crossover")
+    write_tables(args.out / name, report, "\n".join(lines))
     return 0
 
 

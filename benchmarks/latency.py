@@ -26,8 +26,8 @@ The header gives the CPU time torch's OpenMP threads spin after that matmul (mea
 case by case in alternation with this checkout, and puts the two side by side.
 
 Run ``python -m benchmarks.latency`` (about 10 minutes on 2 cores; ``--quick`` for a smoke run). It prints the
-tables and writes ``<out>/<name>.json`` and ``.md`` (``--out``, default the git-ignored scratch folder of ``benchmarks/run.py``;
-``--name``, default ``latency``).
+tables and writes ``<out>/<name>.json`` and ``.md`` (``--out``, default the git-ignored scratch folder of
+``benchmarks/run.py``; ``--name``, default ``latency``).
 
 Batches are float32 scores and float32 0/1 targets (as a ``BCEWithLogitsLoss`` loop has them) with 1 to 3
 positive labels per row.
