@@ -345,9 +345,15 @@ def test_retrieval_options_are_checked_and_flagged_when_retrieval_is_not_chosen(
     assert list(metric.compute()) == ["lwlrap", "lrap"]
     with pytest.warns(UserWarning, match=r"retrieval_metrics='ap' apply"):
         MultilabelRankingMetrics(5, metrics="lwlrap", retrieval_metrics="ap")
+    # empty_target only changes the retrieval metrics: a sample without a positive still counts in one_error
+    with pytest.warns(UserWarning, match=r"empty_target='skip' apply to the 'retrieval' metrics"):
+        metric = MultilabelRankingMetrics(5, metrics=("one_error",), empty_target="skip")
+    metric.update(torch.tensor([[0.9, 0.1, 0.5, 0.3, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5]]),
+                  torch.tensor([[0, 0, 1, 0, 0], [0, 0, 0, 0, 0]]))
+    assert metric.compute()["one_error"].item() == 1.0  # both rows' top label is not a positive
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        MultilabelRankingMetrics(5, metrics=("lwlrap",))  # the defaults say nothing
+        MultilabelRankingMetrics(5, metrics=("lwlrap",), empty_target="zero")  # the defaults say nothing
         MultilabelRankingMetrics(5, k=5, retrieval_metrics="ap")
 
 

@@ -333,6 +333,7 @@ class MultilabelRankingMetrics(_RankingMetric):
         ks, chosen = check_ks(k), check_retrieval_metrics(retrieval_metrics, "retrieval_metrics")
         ignored = [f"k={k!r}"] if ks != _DEFAULT_KS else []
         ignored += [f"retrieval_metrics={retrieval_metrics!r}"] if chosen != RETRIEVAL_METRICS else []
+        ignored += [f"empty_target={empty_target!r}"] if check_empty_target(empty_target) != "zero" else []
         if ignored and not retrieval:
             warn(
                 f"MultilabelRankingMetrics: {' and '.join(ignored)} apply to the 'retrieval' metrics, which `metrics` "
