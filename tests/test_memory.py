@@ -20,8 +20,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from sklearn.metrics import coverage_error as sklearn_coverage
+
+from tests.conftest import engine_paths_for
 from tests.reference import naive_lrap, naive_lwlrap
-from torch_lwlrap import MultilabelLRAP, MultilabelLWLRAP, _checks, _engine_config
+from torch_lwlrap import (
+    MultilabelLRAP, MultilabelLWLRAP, MultilabelRankingMetrics, _checks, _engine_config, multilabel_coverage_error,
+    multilabel_lwlrap_ci, multilabel_ndcg, multilabel_retrieval_at_k,
+)
 from torch_lwlrap._ranking import use_engine
 
 META = torch.device("meta")
@@ -199,3 +205,88 @@ def test_chunked_batches_give_the_reference_values(monkeypatch, extra, target_dt
     )
     expected = naive_lrap(p, t, ignore_index=ignore_index, sample_weight=weight.numpy())
     assert lrap.compute().item() == pytest.approx(expected, abs=1e-12)
+
+
+# --- CPU paths whose workspace grows with the positives or the cells, followed on real tensors ---------------------
+
+needs_numba = pytest.mark.skipif("numba" not in engine_paths_for("cpu"), reason="needs numba (pip install numba)")
+
+
+def _cpu_peak(call, *inputs):
+    with LiveBytes(*inputs) as mode:
+        value = call()
+    return mode.peak, value
+
+
+@needs_numba
+@pytest.mark.parametrize("name", ["coverage_error", "retrieval", "collection"])
+def test_dense_labels_are_reduced_a_block_of_positives_at_a_time(monkeypatch, name):
+    # Half the labels positive: the numba pass's compact counts take 40 bytes a positive. They were joined over a
+    # chunk of a million rows before their reduction (2 GB at 100,000 x 527); a block at a time they stay bounded.
+    monkeypatch.setattr(_engine_config, "COMPACT_COUNTS_BLOCK_POSITIVES", 4000)
+    calls = {
+        "coverage_error": lambda p, t: multilabel_coverage_error(p, t),
+        "retrieval": lambda p, t: multilabel_retrieval_at_k(p, t, k=(1, 5))["ap@5"],
+        "collection": lambda p, t: _updated(MultilabelRankingMetrics(40), p, t)["coverage_error"],
+    }
+    g = torch.Generator().manual_seed(5)
+    preds = torch.randint(0, 12, (16_000, 40), generator=g).float()  # ties too
+    target = torch.rand(16_000, 40, generator=g) < 0.5
+    peaks = {}
+    with use_engine("numba"):
+        for rows in (2_000, 16_000):
+            p, t = preds[:rows], target[:rows]
+            peaks[rows], value = _cpu_peak(lambda: calls[name](p, t), p, t)
+            with use_engine("sort"):  # the torch path: dense counts, another route to the same values
+                assert value.item() == pytest.approx(calls[name](p, t).item(), rel=1e-12)
+    positives = int(target.sum())
+    assert peaks[16_000] < 1.5 * peaks[2_000] + 64 * 16_000, peaks  # per-sample vectors aside, the same workspace
+    assert peaks[16_000] < 40 * positives / 4, (peaks, positives)  # far below the joined counts
+    assert multilabel_coverage_error(preds[:500], target[:500]).item() == pytest.approx(
+        sklearn_coverage(target[:500].numpy(), preds[:500].double().numpy()), rel=1e-12)
+
+
+def _updated(metric, preds, target):
+    metric.update(preds, target)
+    return metric.compute()
+
+
+@needs_numba
+@pytest.mark.parametrize("target_dtype", [torch.bool, torch.int64], ids=str)
+def test_a_bootstrap_interval_counts_labelled_samples_without_copying_the_target(monkeypatch, target_dtype):
+    # The interval's labelled samples were counted with `(target == 1).any(1)` over the whole batch: an int64 copy
+    # of a bool target (8 bytes a cell) and a bool mask. A bool target now needs no temporary the size of the batch,
+    # another target one chunk of INPUT_CHUNK_BYTES at a time.
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 1 * MiB)
+    monkeypatch.setattr(_engine_config, "COMPACT_COUNTS_BLOCK_POSITIVES", 10_000)
+    g = torch.Generator().manual_seed(6)
+    preds = torch.randn(40_000, 100, generator=g)
+    target = (torch.rand(40_000, 100, generator=g) < 0.03).to(target_dtype)
+    target[:10] = 0  # samples without a positive label are not counted
+    with use_engine("numba"):  # compact counts: the torch path's dense ones would hide the copy in their chunks
+        peak, interval = _cpu_peak(lambda: multilabel_lwlrap_ci(preds, target, num_bootstrap=40, seed=1), preds, target)
+    assert peak < target.numel() / 2, peak  # before: a bool mask of the batch (and an int64 copy inside `==`)
+    assert interval.value.item() == pytest.approx(naive_lwlrap(preds.double().numpy(), target.numpy()), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.float32], ids=str)
+def test_graded_relevance_is_checked_a_chunk_of_rows_at_a_time(monkeypatch, dtype):
+    # The value check of `relevance` compared the whole batch at once (an integer one was also copied into floats to
+    # be compared with inf): it now follows INPUT_CHUNK_BYTES, as the ranking does.
+    monkeypatch.setattr(_engine_config, "INPUT_CHUNK_BYTES", 1 * MiB)
+    g = torch.Generator().manual_seed(7)
+    preds = torch.randn(32_000, 50, generator=g)
+    relevance = torch.randint(0, 4, (32_000, 50), generator=g).to(dtype)
+    peaks = {}
+    for rows in (4_000, 32_000):
+        p, r = preds[:rows], relevance[:rows]
+        peaks[rows], _ = _cpu_peak(lambda: multilabel_ndcg(p, r, k=10), p, r)
+    assert peaks[32_000] < 1.25 * peaks[4_000] + 16 * 32_000, peaks
+    assert peaks[32_000] < relevance.numel(), peaks  # before: 4 to 5 bytes a cell
+    with pytest.raises(ValueError, match="`relevance`"):  # and a bad grade in a later chunk is still found
+        bad = relevance.clone()
+        bad[-1, -1] = 1024 if dtype != torch.uint8 else 0
+        if dtype == torch.uint8:
+            bad = bad.float()
+            bad[-1, -1] = math.inf
+        multilabel_ndcg(preds, bad, k=10)

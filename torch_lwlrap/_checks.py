@@ -45,6 +45,13 @@ from torch_lwlrap._tie_rules import TIES  # noqa: F401 - re-exported
 _SAMPLE_BYTES = 64
 
 
+def rows_per_chunk(value: Tensor, bytes_per_cell: int) -> int:
+    """Rows of ``value`` ``(N, C, ...)`` per chunk, so that temporaries of ``bytes_per_cell`` bytes per cell of a
+    chunk stay within :data:`~torch_lwlrap._engine_config.INPUT_CHUNK_BYTES` (at least one row)."""
+    cells_per_row = max(1, math.prod(value.shape[1:]))
+    return max(1, _engine_config.INPUT_CHUNK_BYTES // (bytes_per_cell * cells_per_row))
+
+
 def values_only(value):
     """A tensor argument's values without its autograd history (``value.detach()``, no copy); anything else as is.
 
@@ -225,7 +232,7 @@ def _target_is_bad(
         low, high = torch.aminmax(target)
         return (low < min(allowed)) | (high > max(allowed))
     # Counted a chunk of samples at a time: the comparisons' bool masks stay within INPUT_CHUNK_BYTES.
-    step = max(1, _engine_config.INPUT_CHUNK_BYTES // (2 * max(1, math.prod(target.shape[1:]))))
+    step = rows_per_chunk(target, 2)
     nonzero = expected = torch.zeros((), dtype=torch.int64, device=target.device)
     for start in range(0, target.shape[0], step):
         chunk = target[start : start + step]
@@ -591,7 +598,9 @@ def check_graded(
     if preds.numel():
         flags.append(torch.isnan(torch.aminmax(preds)[0]))
     if relevance.numel() and relevance.dtype != torch.bool:
-        flags.append(_bad_relevance(relevance, ignore_index, gain).any())
+        step = rows_per_chunk(relevance, 4)  # a chunk's bool masks: up to four at once
+        flags += [_bad_relevance(relevance[start : start + step], ignore_index, gain).any()
+                  for start in range(0, relevance.shape[0], step)]
     if sample_weight is not None and sample_weight.numel():
         flags.append(~torch.isfinite(sample_weight).all() | (sample_weight < 0).any())
     if not flags or not _any_set(torch.stack(flags).any()):  # the one sync
@@ -605,7 +614,9 @@ def check_graded(
 
 
 def _bad_relevance(relevance: Tensor, ignore_index: Optional[int], gain: str) -> Tensor:
-    bad = ~(relevance >= 0) | (relevance == math.inf)  # NaN fails the first test
+    bad = ~(relevance >= 0)  # NaN fails it
+    if relevance.is_floating_point():  # (an integer tensor compared with inf would be copied into floats first)
+        bad |= relevance == math.inf
     # Compared only where the dtype holds the bound: an integer tensor compared with a value beyond its range sees
     # it wrapped around (1024 is 0 in uint8), and no grade of such a dtype can reach it.
     if gain == "exponential" and (relevance.is_floating_point()

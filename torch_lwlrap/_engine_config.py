@@ -150,9 +150,14 @@ LABEL_COUNTS_CHUNK_ELEMENTS = 1 << 20
 #: Bootstrap weights drawn per block by torch (torch_lwlrap.stats._bootstrap): int64 temporaries of 8 MiB each.
 BOOTSTRAP_BLOCK_ELEMENTS = 1 << 20
 
+#: Compact label counts of the numba pass (torch_lwlrap._numba_counts): positives per block of rows, 40 bytes each,
+#: and as much again for the reductions over a block (the ranking metrics, the tie rules).
+COMPACT_COUNTS_BLOCK_POSITIVES = 1 << 19
+
 BUDGETS = (
     "INPUT_CHUNK_BYTES", "TORCH_PATH_CHUNK_ELEMENTS", "TORCH_PATH_CPU_CHUNK_ELEMENTS", "TORCH_PATH_CPU_PASS_ELEMENTS",
     "NUMBA_CONVERSION_CHUNK_ELEMENTS", "LABEL_COUNTS_CHUNK_ELEMENTS", "BOOTSTRAP_BLOCK_ELEMENTS",
+    "COMPACT_COUNTS_BLOCK_POSITIVES",
 )
 
 

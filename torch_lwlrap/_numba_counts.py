@@ -53,6 +53,8 @@ class CompactCounts(NamedTuple):
     cols: Tensor  #: (P,) int64, its column
     counts: LabelCounts  #: over (P,), int32, ``positive`` all True
     nan_found: bool  #: ``check_nan`` found a NaN in the block's rows
+    start: int  #: the block's first row in the input of :func:`label_counts_numba`
+    stop: int  #: and the row after its last
     untied: Optional[UntiedSums] = None  #: with ``defer_untied``: the sums of the positives left out of ``counts``
 
 
@@ -70,7 +72,7 @@ def label_counts_numba(
     block_rows: int = BLOCK_ROWS,
     sort_above: Optional[int] = None,
     check_nan: bool = False,
-    max_positives: int = 1 << 22,
+    max_positives: Optional[int] = None,
     defer_untied: bool = False,
 ):
     """The counts of every positive of a chunk of rows, compact: ``(known labels per row, blocks)``.
@@ -95,7 +97,8 @@ def label_counts_numba(
         preds, positive, known: as for :func:`torch_lwlrap._numba_kernel.ranking_sums_numba`.
         block_rows, sort_above: tuning and tests only, as for :func:`torch_lwlrap._numba_kernel.ranking_sums_numba`.
         check_nan: also look for NaN scores, in the same pass over the rows.
-        max_positives: positives counted per block of rows (each takes 40 bytes); tests and tuning only.
+        max_positives: positives counted per block of rows (each takes 40 bytes; default
+            :data:`~torch_lwlrap._engine_config.COMPACT_COUNTS_BLOCK_POSITIVES`); tests and tuning only.
         defer_untied: sum the positives that tie no other label in place (see above).
 
     Returns:
@@ -125,6 +128,8 @@ def label_counts_numba(
 def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, block_rows, sort_above, check_nan,
                   max_positives, defer_untied):
     num_samples, num_classes = preds.shape
+    if max_positives is None:
+        max_positives = chunk_elements("COMPACT_COUNTS_BLOCK_POSITIVES")
     sort_above = sort_min_positives(num_classes) if sort_above is None else sort_above
     head, positive_words = aligned_words(positive_bytes)
     native = preds.dtype in (torch.float32, torch.float64)
@@ -172,7 +177,7 @@ def _count_blocks(preds, positives, positive_bytes, knowns, has_known, offsets, 
                 torch.from_numpy(np.diff(block_offsets)),
             )
         yield CompactCounts(rows, cols, LabelCounts(torch.ones(total, dtype=torch.bool, device="cpu"), *fields),
-                            bool(nan_flags.any()), untied)
+                            bool(nan_flags.any()), start, stop, untied)
         start = stop
 
 

@@ -30,7 +30,6 @@ from torch_lwlrap._ranking import (
     LabelCounts,
     _true_indices,
     forced_chunk_elements,
-    joined_compact_counts,
     label_counts_chunks,
     label_precision,
 )
@@ -120,7 +119,9 @@ def positive_counts_chunks(
     """``(first row, entries)`` for each chunk of rows of a checked ``(N, C)`` batch: one pass of the engine.
 
     On the numba path the engine's compact counts (one entry per positive, and the known labels per row) are taken
-    as they come; elsewhere the dense counts of :func:`torch_lwlrap._ranking.label_counts_chunks`, through
+    as they come, a block of rows at a time (at most
+    :data:`~torch_lwlrap._engine_config.COMPACT_COUNTS_BLOCK_POSITIVES` positives: the memory stays bounded however
+    dense the labels); elsewhere the dense counts of :func:`torch_lwlrap._ranking.label_counts_chunks`, through
     :func:`positive_entries`.
     """
     if not _dispatch.compiled_cpu_pass("counts", preds.device, preds.dtype):
@@ -133,11 +134,17 @@ def positive_counts_chunks(
     chunks = formatted_chunks(preds, target, ignore_index, None, forced_chunk_elements(), True)
     for scores, positive, known, _ in chunks:
         known_count, blocks = _numba_counts.label_counts_numba(scores, positive, known)
-        rows, cols, counts = joined_compact_counts(blocks)
-        num_rows, num_classes = scores.shape
-        positive_count = torch.bincount(rows, minlength=num_rows)
-        yield first, PositiveEntries(counts, rows, cols, None, positive_count, known_count, num_rows, num_classes)
-        first += num_rows
+        num_classes = scores.shape[1]
+        for block in blocks:
+            num_rows = block.stop - block.start
+            rows = block.rows - block.start
+            positive_count = torch.bincount(rows, minlength=num_rows)
+            yield first + block.start, PositiveEntries(
+                block.counts, rows, block.cols, None, positive_count, known_count[block.start : block.stop], num_rows,
+                num_classes,
+            )
+            del block, rows
+        first += scores.shape[0]
 
 
 def positive_entries(counts: LabelCounts) -> PositiveEntries:

@@ -214,17 +214,6 @@ def label_counts_chunks(
         first_row += scores.shape[0]
 
 
-def joined_compact_counts(blocks) -> Tuple[Tensor, Tensor, LabelCounts]:
-    """The compact blocks of :func:`torch_lwlrap._numba_counts.label_counts_numba` as one ``(rows, cols, counts)``."""
-    blocks = list(blocks)
-    if not blocks:
-        empty = torch.zeros(0, dtype=torch.int32, device="cpu")
-        return empty.long(), empty.long(), LabelCounts(empty.bool(), *[empty] * (len(LabelCounts._fields) - 1))
-    rows = torch.cat([block.rows for block in blocks])
-    cols = torch.cat([block.cols for block in blocks])
-    return rows, cols, LabelCounts(*(torch.cat(field) for field in zip(*(block.counts for block in blocks))))
-
-
 def label_counts(preds: Tensor, positive: Tensor, known: Optional[Tensor] = None) -> LabelCounts:
     """Dense ``(n, C)`` :class:`LabelCounts` of one chunk of ranking inputs (as :func:`ranking_sums` takes them)."""
     if known is not None:

@@ -20,7 +20,9 @@ from torch import Tensor
 from torch_lwlrap._engine_config import eager_only
 from torch_lwlrap.stats import _bootstrap
 from torch_lwlrap.stats._bootstrap import check_level, check_num_bootstrap, check_seed
-from torch_lwlrap._checks import check_average, check_batch, check_batches, check_ignore_index, check_ties
+from torch_lwlrap._checks import (
+    check_average, check_batch, check_batches, check_ignore_index, check_ties, rows_per_chunk,
+)
 from torch_lwlrap._rank_reductions import positive_counts_chunks
 from torch_lwlrap._ranking import label_counts_chunks
 from torch_lwlrap._tie_rules import label_precision
@@ -211,8 +213,15 @@ def _overall_interval(replicates: Tensor, samples: Tensor, level: float) -> Tupl
 
 
 def _labelled_samples(target: Tensor) -> Tensor:
-    """The samples of a checked ``target`` ``(N, C, ...)`` with a positive label: a 0-dim count (no sync)."""
-    return (target == 1).any(dim=1).sum()
+    """The samples of a checked ``target`` ``(N, C, ...)`` with a positive label: a 0-dim count (no sync), counted a
+    chunk of rows at a time (a bool target needs no mask)."""
+    if target.dtype == torch.bool:
+        return target.any(dim=1).sum()
+    step = rows_per_chunk(target, 1)
+    count = torch.zeros((), dtype=torch.int64, device=target.device)
+    for start in range(0, target.shape[0], step):
+        count = count + (target[start : start + step] == 1).any(dim=1).sum()
+    return count
 
 
 def _lrap_replicates(replicate_lrap_sum: Tensor, replicate_weight_sum: Tensor) -> Tensor:

@@ -84,6 +84,7 @@ def _ranking_update(
             part = None if weight is None else weight[first : first + rows]
             for name, value in chunk_sums(entries, known, part, spec).items():
                 totals[name] += value
+            del entries, known, part  # freed before the next block is counted
     return totals
 
 
