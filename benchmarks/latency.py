@@ -423,7 +423,7 @@ def main(argv=None) -> int:
             if busy is not None:
                 busy.__exit__(None, None, None)
     write_tables(args.out / args.name, {"metadata": meta, "records": records}, format_tables(records, meta))
-    print(f"written: {(args.out / args.name).with_suffix('.md')}", file=sys.stderr)
+    print(f"written: {args.out / args.name}.md", file=sys.stderr)
     return 0
 
 

@@ -508,8 +508,9 @@ def write_tables(path, report: Dict, table: str) -> None:
     print(table)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-    out.with_suffix(".md").write_text(table + "\n")
+    # Suffixes added, not replaced: a name may hold a dot (ties_0.5).
+    out.with_name(out.name + ".json").write_text(json.dumps(report, indent=2, default=str))
+    out.with_name(out.name + ".md").write_text(table + "\n")
 
 
 def machine_metadata(devices: Sequence[str]) -> Dict:

@@ -204,12 +204,15 @@ def test_before_after_times_two_trees_side_by_side(tmp_path):
 
 def test_ties_benchmark_writes_its_tables(tmp_path):
     # A smoke run (no time asserted): every case and entry is timed, and the tied share is the report's.
-    run_module("benchmarks.ties", "--samples", "60", "--classes", "12", "--repeats", "2", tmp_path=tmp_path)
-    report = json.loads((tmp_path / "ties.json").read_text())
+    # A name with a dot keeps it: the suffixes are added to it, not put in place of its end.
+    run_module("benchmarks.ties", "--samples", "60", "--classes", "12", "--repeats", "2", "--name", "ties_0.5",
+               tmp_path=tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ties_0.5.json", "ties_0.5.md"]
+    report = json.loads((tmp_path / "ties_0.5.json").read_text())
     assert [case["tied_share"] for case in report["cases"]][::3] == [0.0, 1.0]  # continuous scores; all zero
     for case in report["cases"]:
         assert set(case["seconds"]) == {"max", "expected", "tie_report"} and min(case["seconds"].values()) > 0
-    assert "| expected / max |" in (tmp_path / "ties.md").read_text()
+    assert "| expected / max |" in (tmp_path / "ties_0.5.md").read_text()
 
 
 def test_ranking_metrics_benchmark_writes_its_table(tmp_path):

@@ -130,8 +130,21 @@ def test_metrics_made_on_the_cpu_update_and_compute_under_another_default_device
     expected = feed(metrics)
     with torch.device(device):
         got = feed(second)
+        # what a loop does beside update: merge another process's or loader's metric, keep the sums in float32
+        merged = {name: metric.clone() for name, metric in second.items()}
+        for name, metric in merged.items():
+            if name not in ("lwlrap", "lrap"):  # a bootstrap metric refuses to merge (its replicates would repeat)
+                metric.merge_state(second[name])
+            metric.set_dtype(torch.float32)
     for name in metrics:
         _assert_same(got[name], expected[name], name)
+    merged_values = {name: metric.compute() for name, metric in merged.items()}
+    twice = {name: metric.clone() for name, metric in second.items()}
+    twice = {**feed({name: m for name, m in twice.items() if name not in ("lwlrap", "lrap")}),
+             "lwlrap": got["lwlrap"], "lrap": got["lrap"]}  # every batch seen twice; the bootstrap ones once
+    for name in metrics:
+        for a, b in zip(_tensors(merged_values[name]), _tensors(twice[name])):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9, equal_nan=True, msg=name)
 
 
 @pytest.mark.parametrize("device", OTHER_DEVICES)

@@ -349,8 +349,8 @@ def test_retrieval_options_are_checked_and_flagged_when_retrieval_is_not_chosen(
     with pytest.warns(UserWarning, match=r"empty_target='skip' apply to the 'retrieval' metrics"):
         metric = MultilabelRankingMetrics(5, metrics=("one_error",), empty_target="skip")
     metric.update(torch.tensor([[0.9, 0.1, 0.5, 0.3, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5]]),
-                  torch.tensor([[0, 0, 1, 0, 0], [0, 0, 0, 0, 0]]))
-    assert metric.compute()["one_error"].item() == 1.0  # both rows' top label is not a positive
+                  torch.tensor([[1, 0, 1, 0, 0], [0, 0, 0, 0, 0]]))
+    assert metric.compute()["one_error"].item() == 0.5  # the row without a positive counts (skipped, it would be 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         MultilabelRankingMetrics(5, metrics=("lwlrap",), empty_target="zero")  # the defaults say nothing

@@ -71,9 +71,9 @@ def _check_kind(name: str, value: Tensor) -> None:
     float8 ones yet: it would fail deep inside a metric)."""
     if value.is_nested:  # either layout: a strided nested tensor reports torch.strided, and has no sizes to check
         raise TypeError(
-            f"Argument `{name}` must be a dense tensor, but got a nested tensor: join its parts into one (N, C) "
-            f"tensor, `torch.cat({name}.unbind())` for parts of (n, C) rows or `torch.stack({name}.unbind())` for "
-            f"parts that are single rows (all rows need the same C labels)."
+            f"Argument `{name}` must be a dense tensor, but got a nested tensor: join its parts into one tensor, "
+            f"`torch.cat({name}.unbind())` when each part holds several samples, `torch.stack({name}.unbind())` when "
+            f"each part is one sample."
         )
     if value.layout != torch.strided:
         raise TypeError(

@@ -145,15 +145,17 @@ class TaggedMetric(Metric):
                     f"on every process, or on none."
                 )
 
-    def _tag(self, sum_dtype: torch.dtype) -> Tensor:
-        """This metric's options tag, its run settings at the end (:data:`SETTINGS_MARK`)."""
+    def _tag(self, sum_dtype: torch.dtype, device=None) -> Tensor:
+        """This metric's options tag, its run settings at the end (:data:`SETTINGS_MARK`), on ``device`` (None: torch's
+        default device, where the state is made as the others are)."""
         settings = [SETTINGS_MARK, int(self.validate_args), _SUM_DTYPES.index(sum_dtype)]
-        return torch.tensor(encode_tag(_library_class(self), self._options) + settings, dtype=torch.int64)
+        return torch.tensor(encode_tag(_library_class(self), self._options) + settings, dtype=torch.int64,
+                            device=device)
 
     def _current_tag(self) -> Tensor:
         """The tag of this metric's options and settings now, on the CPU (also for a metric on ``meta``)."""
         floats = [d.dtype for d in self._defaults.values() if isinstance(d, Tensor) and d.is_floating_point()]
-        return self._tag(floats[0] if floats else torch.float64)
+        return self._tag(floats[0] if floats else torch.float64, "cpu")
 
     def _retag(self) -> None:
         """The tag made again from the options and settings (an option adopted from a checkpoint, set_dtype)."""
