@@ -171,7 +171,7 @@ def test_every_budget_has_its_own_name_and_a_forced_size_replaces_each():
     from torch_lwlrap import _engine_config
 
     values = {name: getattr(_engine_config, name) for name in _engine_config.BUDGETS}
-    assert len(values) == 7 and all(isinstance(v, int) and v > 0 for v in values.values())
+    assert len(values) == 8 and all(isinstance(v, int) and v > 0 for v in values.values())
     for name in _engine_config.BUDGETS[1:]:
         assert _engine_config.chunk_elements(name) == values[name]
         with use_engine("auto", chunk_elements=123):
