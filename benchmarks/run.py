@@ -497,8 +497,13 @@ def add_output_arguments(parser: argparse.ArgumentParser, name: Optional[str], n
                         help=f"file name of the tables, without suffix (default: {name_help or name})")
 
 
+def _names_a_folder(text: str) -> bool:
+    """Whether a name given for the tables' files (``--name``, the sweep's ``--tag``) would name a folder instead."""
+    return not text or "/" in text or text in (".", "..")
+
+
 def _file_name(text: str) -> str:
-    if not text or "/" in text or text in (".", ".."):
+    if _names_a_folder(text):
         raise argparse.ArgumentTypeError(f"names the tables' files, not a folder (use --out for that): {text!r}")
     return text
 
@@ -706,7 +711,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.min_run_time = args.min_run_time if args.min_run_time is not None else (0.05 if args.quick else 1.0)
     args.repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     args.memory = args.memory if args.memory is not None else ("auto" if args.quick else "all")
-    if args.tag is not None and (not args.tag or "/" in args.tag or args.tag in (".", "..")):
+    if args.tag is not None and _names_a_folder(args.tag):
         parser.error(f"--tag names the output files, not a folder (use --out for that): {args.tag!r}")
     custom = args.sizes
     cases = []

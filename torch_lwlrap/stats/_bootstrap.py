@@ -246,12 +246,11 @@ def add_weighted_sums_(key: Tensor, first_sample: Union[int, Tensor], pairs) -> 
             k = values.shape[1]
             items = sample.repeat_interleave(k)
             group = torch.arange(k, device=device).repeat(num_rows)
+            ignored_count = torch.zeros(out.shape, dtype=torch.int64, device=device)
             if out.is_floating_point():  # added onto the running sums in stream order, as add_class_sums_ does
-                ignored_count = torch.zeros(out.shape, dtype=torch.int64, device=device)
                 add_class_sums_(out, ignored_count, key, items, group, values.reshape(-1))
                 continue
             total = torch.zeros(out.shape, dtype=torch.float64, device=device)
-            ignored_count = torch.zeros(out.shape, dtype=torch.int64, device=device)
             add_class_sums_(total, ignored_count, key, items, group, values.reshape(-1))
             out += total.round().to(out.dtype)
         return
