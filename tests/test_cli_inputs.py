@@ -2,13 +2,19 @@
 (``--where``, ``--classes``, ``--ties``, ``--unknown``), ``--json``'s ``"options"``, the tie block's cause and
 advice, standard input, gzip files, other separators and swapped files, and ``score --plot --ci``.
 
-Every run is a subprocess (``python -m torch_lwlrap``); values are checked against scikit-learn, the naive loops of
-``tests/reference.py`` or :func:`torch_lwlrap.compare_lwlrap` on arrays the test builds itself.
+Each run goes through the command's entry point, ``main(argv)``, the function ``python -m torch_lwlrap`` and the
+``torch-lwlrap`` script call, in this process (a fresh interpreter for each run took 5 s, most of this file's time),
+with the warning filters the program runs under and its own standard input and output; the tests of standard input
+also run it as a subprocess, fed through a real pipe. ``tests/test_cli_errors.py`` runs the program as a subprocess
+throughout. Values are checked against scikit-learn, the naive loops of ``tests/reference.py`` or
+:func:`torch_lwlrap.compare_lwlrap` on arrays the test builds itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import math
 import subprocess
@@ -24,6 +30,7 @@ from sklearn.metrics import label_ranking_average_precision_score
 from tests.cli_output import is_error_line, without_compile_notice
 from tests.reference import naive_lwlrap
 from torch_lwlrap import compare_lwlrap, multilabel_lwlrap_ci
+from torch_lwlrap.cli import main
 
 pd = pytest.importorskip("pandas")
 
@@ -31,27 +38,39 @@ REPO = Path(__file__).resolve().parents[1]
 CLASSES = ["Bark", "Fill_(with_liquid)", "Hi-hat", "Purr", "Zipper_(clothing)", "Yell"]
 
 
-def cli(*args, stdin=None, cwd=None):
-    """``python -m torch_lwlrap ARGS`` in a subprocess: (exit status, stdout, stderr)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "torch_lwlrap", *map(str, args)],
-        input=stdin,
-        capture_output=True,
-        cwd=cwd or REPO,
-        timeout=300,
-    )
-    return done.returncode, done.stdout.decode("utf-8"), without_compile_notice(done.stderr.decode("utf-8"))
+def cli(*args, stdin=None, process=False):
+    """``torch-lwlrap ARGS``: (exit status, stdout, stderr), with ``stdin`` (bytes) as standard input.
+
+    In this process: ``main(argv)`` with standard input and output replaced, under the warning filters of the process
+    less the suite's own ``error`` (pyproject.toml's ``filterwarnings``), which a user's run does not have: a library
+    warning is then printed as the program prints it, not raised. ``process=True``: ``python -m torch_lwlrap ARGS`` in
+    a subprocess, ``stdin`` through a pipe."""
+    argv = [str(arg) for arg in args]
+    if process:
+        done = subprocess.run([sys.executable, "-m", "torch_lwlrap", *argv], input=stdin, capture_output=True,
+                              cwd=REPO, timeout=300)
+        return done.returncode, done.stdout.decode("utf-8"), without_compile_notice(done.stderr.decode("utf-8"))
+    out, err = io.StringIO(), io.StringIO()
+    piped = sys.stdin if stdin is None else io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        warnings.filters[:] = [entry for entry in warnings.filters if entry[0] != "error"]
+        saved, sys.stdin = sys.stdin, piped
+        try:
+            code = main(argv)
+        finally:
+            sys.stdin = saved
+    return code, out.getvalue(), err.getvalue()
 
 
-def cli_json(*args, stdin=None):
-    code, out, err = cli(*args, "--json", stdin=stdin)
+def cli_json(*args, stdin=None, process=False):
+    code, out, err = cli(*args, "--json", stdin=stdin, process=process)
     assert (code, err) == (0, ""), err
     return json.loads(out)
 
 
-def cli_error(*args, stdin=None):
+def cli_error(*args, stdin=None, process=False):
     """The one line on stderr of a run that must fail with status 2 and print nothing."""
-    code, out, err = cli(*args, stdin=stdin)
+    code, out, err = cli(*args, stdin=stdin, process=process)
     assert (code, out) == (2, ""), (code, out, err)
     assert is_error_line(err), err
     return err
@@ -173,7 +192,6 @@ def test_compare_plot_title_names_both_files(two_systems, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from torch_lwlrap.cli import main
 
     folder = two_systems[0]
     titles = []
@@ -268,7 +286,6 @@ def test_compare_of_a_class_with_one_positive_and_few_replicates(tmp_path, monke
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from torch_lwlrap.cli import main
 
     fnames, scores_a, target = arrays(4, num_rows=40)
     target[:, 3] = 0
@@ -568,13 +585,15 @@ def test_submission_and_truth_from_standard_input(tmp_path):
     challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
     piped = submission(fnames, scores).to_csv(index=False).encode("utf-8")
     want = sklearn_lwlrap(scores, target)
-    assert cli_json("score", tmp_path / "truth.csv", "-", stdin=piped)["lwlrap"] == pytest.approx(want, abs=1e-12)
+    for process in (False, True):  # in this process, and a subprocess fed through a real pipe
+        result = cli_json("score", tmp_path / "truth.csv", "-", stdin=piped, process=process)
+        assert result["lwlrap"] == pytest.approx(want, abs=1e-12)
     submission(fnames, scores).to_csv(tmp_path / "pred.csv", index=False)
     truth_piped = challenge_truth(fnames, target).to_csv(index=False).encode("utf-8")
     assert cli_json("score", "-", tmp_path / "pred.csv", stdin=truth_piped)["lwlrap"] == pytest.approx(want, abs=1e-12)
     code, out, err = cli("score", tmp_path / "truth.csv", "-", stdin=piped)
     assert code == 0 and "predictions  <stdin>" in out
-    error = cli_error("score", "-", "-", stdin=piped)
+    error = cli_error("score", "-", "-", stdin=piped, process=True)
     assert "both '-'" in error and "at most one" in error
     error = cli_error("score", tmp_path / "truth.csv", "-", stdin=b"fname,Bark\n")
     assert "prediction file '<stdin>' has a header but no rows" in error
@@ -707,7 +726,6 @@ def test_score_plot_with_ci_draws_each_class_interval(tmp_path, monkeypatch, cap
     from matplotlib.collections import LineCollection
     from matplotlib.figure import Figure
 
-    from torch_lwlrap.cli import main
 
     fnames, scores, target = arrays(12)
     challenge_truth(fnames, target).to_csv(tmp_path / "truth.csv", index=False)
