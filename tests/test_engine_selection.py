@@ -301,3 +301,6 @@ def test_an_installed_numba_that_fails_to_import_is_named_with_its_error_not_as_
     assert f"the {engine} engine cannot rank cpu tensors: numba fails to import (ValueError: Number of threads" in message
     assert "not installed" not in message and "pip install numba`" not in message
     assert "make `import numba` work" in message
+    # the path it names is the one it takes: forced, the sort path; under auto, the one the label density picks
+    assert ("torch sort path" in message) == (engine == "numba"), message
+    assert ("torch path that suits each batch (sort or count)" in message) == (engine == "auto"), message

@@ -12,8 +12,9 @@ ranks: CPU tensors, numba installed, and an engine setting that lets the CPU tak
 The engine setting (:func:`torch_lwlrap._engine_config.get_engine`) picks among the ranking backends:
 
 * ``"auto"``: the backend whose home is the tensors' device (numba for CPU tensors, Triton for CUDA ones) when it
-  has no reason against them; a Triton that is installed but fails to import, or whose launch failed in this
-  process, warns once (:class:`EngineFallbackWarning`) and leaves the batch to the torch path;
+  has no reason against them; a Triton or a numba that is installed but fails to import, or a Triton whose launch
+  failed in this process, warns once (:class:`EngineFallbackWarning`) and leaves the batch to the torch path
+  (:func:`torch_path`);
 * ``"numba"`` or ``"triton"``: that backend, checked by the same reasons; where it has one, the batch takes the
   torch sort path and a warning (once per cause) names the reason and the fix;
 * ``"sort"`` or ``"count"``: that torch path.
@@ -256,8 +257,10 @@ def warn_if_unserved(engine: str, device: torch.device, dtype: torch.dtype) -> N
     else:
         fix = f"{to_auto}, which takes the torch path on this GPU silently"
     name = engine if forced else "auto"
+    # The torch path it takes (torch_path): "sort", but under "auto" on the CPU whichever the label density picks.
+    path = "sort path" if forced or device.type != "cpu" else "path that suits each batch (sort or count)"
     _warn_once(
         ("unavailable", name, reason),
-        f"torch_lwlrap: the {name} engine cannot rank {device} tensors: {reason}. Ranking with the torch sort "
-        f"path instead (exact, slower); to fix it, {fix}.",
+        f"torch_lwlrap: the {name} engine cannot rank {device} tensors: {reason}. Ranking with the torch {path} "
+        f"instead (exact, slower); to fix it, {fix}.",
     )
