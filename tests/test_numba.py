@@ -98,9 +98,14 @@ def test_every_label_ignored_but_positives_and_wide_rows(ties, monkeypatch):
     check(preds, target, ties, -1)
     num_classes = 1200
     g = torch.Generator().manual_seed(14)
-    preds = torch.randint(0, 40, (3, num_classes), generator=g).float()
-    target = (torch.rand(3, num_classes, generator=g) < 0.6).long()  # about 720 positives > sort_min_positives
+    # 40 score levels; a row of one score (a saturated output: ties="index" had rescanned the row for each tied
+    # positive, O(C) each, 10 s for two rows of 200,000 labels); two levels in blocks of columns
+    preds = torch.randint(0, 40, (4, num_classes), generator=g).float()
+    preds[1] = 0.5
+    preds[3] = (torch.arange(num_classes) // 100 % 2).float()
+    target = (torch.rand(4, num_classes, generator=g) < 0.6).long()  # about 720 positives > sort_min_positives
     target[2, 100:150] = -1
+    target[1, ::7] = -1
     assert (target == 1).sum(1).min() > kernel.sort_min_positives(num_classes)
     want_class, want_sample = exact_sums(preds, target, ties, -1)
     got_class, got_sample = kernel_sums(preds, target, ties, -1)

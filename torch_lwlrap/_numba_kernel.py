@@ -13,7 +13,8 @@ paths, row by row, with no ``(N, C)`` temporary:
   ``K`` positives, and the row is in L1 cache.
 * A row with very many positives (more than :data:`SORT_POSITIVES_PER_LOG2` ``* log2(C)``) is *sorted*: its known
   scores and its positives' scores are sorted once, and each positive's counts are two binary searches
-  (``O(C log C)``). Under ``ties="index"`` a score tied with another is counted again in a pass over its row.
+  (``O(C log C)``). Under ``ties="index"`` the sorts are stable, and a positive's place among its equals comes
+  with them.
   Counting is so cheap (vectorized compares, a few hundredths of a nanosecond per score) that sorting only wins on
   dense rows of wide label spaces: more than about 2,100 positives out of 10,000 (``benchmarks/crossover.py``).
 * The per-positive counts that the other tie rules and the ranking statistics reduce over come from a second pass,
@@ -352,50 +353,61 @@ if numba is not None:
         return hits
 
     @serial_kernel
+    def _stable_sorted(values):
+        """``values`` sorted, and for each entry (by its place in ``values``) how many equal to it come before it
+        there: a stable sort's places within each run of equal values."""
+        order = np.argsort(values, kind="mergesort")  # stable: equal values keep their order
+        ordered = values[order]
+        before = np.empty(values.shape[0], dtype=np.int64)
+        start = 0
+        for i in range(values.shape[0]):
+            if i > 0 and ordered[i] != ordered[i - 1]:
+                start = i
+            before[order[i]] = i - start
+        return ordered, before
+
+    @serial_kernel
     def _sort_row(row, krow, has_known, index_ties, columns, num_positives, acc):
-        """Sum of the precisions of a row with many positives, by sorting; adds each to ``acc``."""
+        """Sum of the precisions of a row with many positives, by sorting; adds each to ``acc``.
+
+        Under ``ties="index"`` the sorts are stable, so that a positive's place among the scores equal to its own
+        (those in columns before it) comes with the sort: ``O(C log C)`` whatever the ties."""
         num_classes = row.shape[0]
         if has_known:
             num_known = 0
             for k in range(num_classes):
                 num_known += krow[k] != 0
             values = np.empty(num_known, dtype=row.dtype)
+            known_place = np.empty(num_classes, dtype=np.int64)  # a known column's place among the known
             at = 0
             for k in range(num_classes):
                 if krow[k]:
                     values[at] = row[k]
+                    known_place[k] = at
                     at += 1
         else:
             num_known = num_classes
             values = row.copy()
-        values.sort()
+            known_place = np.empty(0, dtype=np.int64)
         positive_values = np.empty(num_positives, dtype=row.dtype)
         for q in range(num_positives):
-            positive_values[q] = row[columns[q]]
-        positive_sorted = np.sort(positive_values)
+            positive_values[q] = row[columns[q]]  # in column order
+        if index_ties:
+            values, tied_before = _stable_sorted(values)
+            positive_sorted, positive_tied_before = _stable_sorted(positive_values)
+        else:
+            values.sort()
+            positive_sorted = np.sort(positive_values)
+            tied_before = positive_tied_before = np.empty(0, dtype=np.int64)
         total = 0.0
         for q in range(num_positives):
             j = columns[q]
             score = row[j]
-            if index_ties:
-                low = np.searchsorted(values, score, side="left")
-                high = np.searchsorted(values, score, side="right")
-                rank = num_known - high
-                if high - low == 1:
-                    rank += 1
-                else:  # tied scores: those in columns up to j rank at or above this one
-                    for k in range(j + 1):
-                        if row[k] == score and (not has_known or krow[k] != 0):
-                            rank += 1
-                low = np.searchsorted(positive_sorted, score, side="left")
-                high = np.searchsorted(positive_sorted, score, side="right")
-                hits = num_positives - high
-                if high - low == 1:
-                    hits += 1
-                else:  # positives come in column order: those tied and up to j are among the first q + 1
-                    for r in range(q + 1):
-                        if row[columns[r]] == score:
-                            hits += 1
+            if index_ties:  # the scores above, and those equal in the columns up to j (j itself included)
+                place = known_place[j] if has_known else j
+                rank = num_known - np.searchsorted(values, score, side="right") + tied_before[place] + 1
+                hits = num_positives - np.searchsorted(positive_sorted, score, side="right")
+                hits += positive_tied_before[q] + 1
             else:
                 rank = num_known - np.searchsorted(values, score, side="left")
                 hits = num_positives - np.searchsorted(positive_sorted, score, side="left")
