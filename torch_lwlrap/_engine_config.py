@@ -63,7 +63,9 @@ def use_engine(engine: str, chunk_elements: Optional[int] = None) -> Iterator[No
     chunk budget of the package (:data:`BUDGETS`), from the chunks of samples a batch is formatted and ranked in to
     the torch paths' workspace and the bootstrap's blocks.
 
-    Every path gives the same result up to float64 rounding; only the speed differs.
+    Every path gives the same result up to float64 rounding; only the speed differs. A forced ``"count"`` keeps
+    counting where ``"auto"`` would sort: ``O(K C)`` for a row of ``K`` positives and ``C`` labels, far slower than
+    the sort on rows with thousands of positives (most of all under ``ties="index"`` on tied scores).
 
     The override holds in the calling thread (or ``contextvars`` context) only: other threads keep their own.
     """

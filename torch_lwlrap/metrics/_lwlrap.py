@@ -238,7 +238,8 @@ class MultilabelLWLRAP(_Bootstrap, TaggedMetric):
         validate_args: check input values (one host-device sync per batch); with False, ``update`` never syncs.
         num_bootstrap: ``B > 0`` keeps ``B`` Poisson bootstrap replicates of the sums, ``(B, C)``
             ``bootstrap_precision_sum`` and ``bootstrap_label_count``, for :meth:`confidence_interval` and
-            :meth:`bootstrap_samples`; the batch is still ranked once. 0 (the default): no replicates.
+            :meth:`bootstrap_samples`; the batch is still ranked once. 0 (the default): no replicates. The states
+            take ``16 B C`` bytes, and torchmetrics keeps as much again for ``reset``.
         bootstrap_seed: seed of the replicates' weights (with the process rank and each sample's position in the
             stream); None derives one from torch's default generator without advancing it (seed torch to repeat).
         kwargs: passed to :class:`torchmetrics.Metric` (``compute_on_cpu``, ``sync_on_compute``, ...).
