@@ -6,6 +6,8 @@ move to their torch code, a forced engine warns with the backend's own reason, a
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from torch_lwlrap import (
     _dispatch,
     _numba_counts,
     _numba_kernel,
+    _numba_one_pass,
     _numba_rules,
     _triton_kernel,
 )
@@ -82,13 +85,27 @@ def test_the_torch_path_auto_picks_by_density_on_the_cpu_only():
     assert _dispatch.torch_path("count", "cpu", 20_000, 527, dense) == "count"
 
 
+def _numba_ranking_spies(monkeypatch):
+    """Spies on both of the numba backend's ranking entries: the one pass over each row (plain batches, ties "max"
+    and "index") and the ranking with a separate value check (the rest)."""
+    return [_calls(monkeypatch, _numba_one_pass, "one_pass_sums"),
+            _calls(monkeypatch, _numba_kernel, "ranking_sums_numba")]
+
+
 @needs_numba
 def test_a_reason_moves_auto_to_the_torch_paths_silently(monkeypatch):
-    _refuse(monkeypatch, _numba_kernel)
-    ranked = _calls(monkeypatch, _numba_kernel, "ranking_sums_numba")
+    spies = _numba_ranking_spies(monkeypatch)
     preds, target = make_case(5, 50, 12)
-    assert torch_lwlrap.multilabel_lwlrap(preds, target).item() == pytest.approx(naive_lwlrap(preds, target), abs=1e-12)
-    assert not ranked
+    want = naive_lwlrap(preds, target)
+    assert torch_lwlrap.multilabel_lwlrap(preds, target).item() == pytest.approx(want, abs=1e-12)
+    assert any(spies)  # without a reason, auto ranks these with numba: the spies see it
+    for spy in spies:
+        spy.clear()
+    _refuse(monkeypatch, _numba_kernel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # silently
+        assert torch_lwlrap.multilabel_lwlrap(preds, target).item() == pytest.approx(want, abs=1e-12)
+    assert not any(spies)
 
 
 @needs_numba
@@ -149,19 +166,25 @@ def test_the_bootstrap_weights_follow_their_backend(monkeypatch):
 
 def test_a_torch_engine_keeps_every_step_in_torch(monkeypatch):
     spies = [
-        _calls(monkeypatch, _numba_kernel, "ranking_sums_numba"),
+        *_numba_ranking_spies(monkeypatch),
         _calls(monkeypatch, _numba_counts, "label_counts_numba"),
         _calls(monkeypatch, _numba_rules, "expected_precision"),
         _calls(monkeypatch, _bootstrap_kernel, "class_sums_numba"),
     ]
     preds, target = make_case(30, 20, 10)
     with use_engine("sort"):
-        torch_lwlrap.multilabel_lwlrap(preds, target, ties="expected")
+        for ties in ("max", "index", "expected"):
+            torch_lwlrap.multilabel_lwlrap(preds, target, ties=ties)
+            torch_lwlrap.multilabel_lrap(preds, target, ties=ties)
         torch_lwlrap.tie_report(preds, target)
         torch_lwlrap.multilabel_lwlrap_ci(preds, target, num_bootstrap=50)
         for name in ("counts", "rules", "bootstrap"):
             assert not _dispatch.compiled_cpu_pass(name, "cpu")
     assert not any(spies)
+    if HAS_NUMBA:  # and the spies do see the compiled steps where the engine is auto
+        torch_lwlrap.multilabel_lwlrap(preds, target)
+        torch_lwlrap.multilabel_lwlrap(preds, target, ties="expected")
+        assert spies[0] and spies[2] and spies[3]
 
 
 # --- The chunk budgets: one config, each under its own name, a forced size honoured by every one ----------------
