@@ -100,14 +100,23 @@ def engine(request) -> str:
         yield name
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that take :func:`fake_triton` are marked ``fake_triton``: they skip where Triton is not installed, so
+    CI's Triton steps select them by the mark (``.ci/run``)."""
+    for item in items:
+        if "fake_triton" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.fake_triton)
+
+
 @pytest.fixture
 def fake_triton(monkeypatch):
     """The Triton path on ``meta`` tensors (forced with ``use_engine("triton")``), every step of it but the kernel
     itself, which is recorded instead of run: ``(kernel name, grid, arguments, keyword arguments)`` per launch, each
     tensor argument recorded as its ``(shape, dtype)`` (holding the tensors would keep them alive).
 
-    Meta tensors have shapes and no values, so this runs the host side of a GPU launch on any machine: what it
-    reads on the host (``tests/test_sync.py``) and what it allocates (``tests/test_memory.py``)."""
+    Meta tensors have shapes and no values, so this runs the host side of a GPU launch on any machine with Triton
+    installed (no GPU needed; skipped without Triton, and run by CI's Triton steps): what it reads on the host
+    (``tests/test_sync.py``) and what it allocates (``tests/test_memory.py``)."""
     kernel = pytest.importorskip("torch_lwlrap._triton_kernel")
     if kernel.triton is None:
         pytest.skip("Triton is not installed")
