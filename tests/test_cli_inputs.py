@@ -38,13 +38,20 @@ REPO = Path(__file__).resolve().parents[1]
 CLASSES = ["Bark", "Fill_(with_liquid)", "Hi-hat", "Purr", "Zipper_(clothing)", "Yell"]
 
 
+def _added_by_the_suite(entry) -> bool:
+    action, message, category, module, _ = entry
+    deprecations = (DeprecationWarning, PendingDeprecationWarning)
+    return action == "error" or (action == "always" and category in deprecations and message is module is None)
+
+
 def cli(*args, stdin=None, process=False):
     """``torch-lwlrap ARGS``: (exit status, stdout, stderr), with ``stdin`` (bytes) as standard input.
 
     In this process: ``main(argv)`` with standard input and output replaced, under the warning filters of the process
-    less the suite's own ``error`` (pyproject.toml's ``filterwarnings``), which a user's run does not have: a library
-    warning is then printed as the program prints it, not raised. ``process=True``: ``python -m torch_lwlrap ARGS`` in
-    a subprocess, ``stdin`` through a pipe."""
+    less those the suite adds, which a user's run does not have (pyproject.toml's ``error``, and pytest's ``always``
+    for deprecations, which Python ignores outside ``__main__``): a library warning is then printed as the program
+    prints it, not raised. ``process=True``: ``python -m torch_lwlrap ARGS`` in a subprocess, ``stdin`` through a
+    pipe."""
     argv = [str(arg) for arg in args]
     if process:
         done = subprocess.run([sys.executable, "-m", "torch_lwlrap", *argv], input=stdin, capture_output=True,
@@ -53,7 +60,7 @@ def cli(*args, stdin=None, process=False):
     out, err = io.StringIO(), io.StringIO()
     piped = sys.stdin if stdin is None else io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
     with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        warnings.filters[:] = [entry for entry in warnings.filters if entry[0] != "error"]
+        warnings.filters[:] = [entry for entry in warnings.filters if not _added_by_the_suite(entry)]
         saved, sys.stdin = sys.stdin, piped
         try:
             code = main(argv)
