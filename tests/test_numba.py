@@ -114,6 +114,24 @@ def test_every_label_ignored_but_positives_and_wide_rows(ties, monkeypatch):
 
 
 @needs_numba
+def test_saturated_probabilities_of_a_training_step_under_ties_index(monkeypatch):
+    # A training step's sigmoid outputs that saturate (1.0 and 0.0 for most labels, carrying gradients), on wide
+    # dense rows that the kernel sorts: ties="index" had rescanned the row for each tied positive.
+    monkeypatch.setattr(kernel, "SORT_POSITIVES_PER_LOG2", 48)  # rows of 1200 labels sorted, as 10^5 are by default
+    g = torch.Generator().manual_seed(21)
+    logits = (40 * torch.randn(3, 1200, generator=g)).requires_grad_()
+    probs = torch.sigmoid(logits)
+    target = torch.rand(3, 1200, generator=g) < 0.6
+    assert (target.sum(1) > kernel.sort_min_positives(1200)).all() and (probs == 1).sum() > 1000
+    with use_engine("numba"):
+        lwlrap = multilabel_lwlrap(probs, target, ties="index")
+        lrap = multilabel_lrap(probs, target, ties="index")
+    plain = probs.detach()
+    assert lwlrap.item() == pytest.approx(naive_lwlrap(plain, target.long(), "index"), abs=1e-12)
+    assert lrap.item() == pytest.approx(naive_lrap(plain, target.long(), "index"), abs=1e-12)
+
+
+@needs_numba
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_non_contiguous_inputs_and_chunks(dtype):
     preds, target = make_case(31, 50, 10, dtype=dtype, ignore_index=-1)
