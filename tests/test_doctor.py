@@ -189,3 +189,34 @@ def test_the_read_floor_is_the_faster_of_torch_s_threads_and_one_thread(monkeypa
         assert doctor._read_floor(preds, target, torch.device("cpu")) == 0.0035 and seen == [1]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_what_the_first_check_says_on_stderr_lands_above_the_checks_table(small_timing, monkeypatch):
+    """A terminal shows stdout and stderr as one stream: the compile notice that the first check prints (numba
+    compiling on an empty cache) had landed between the table's header and its first row. Both streams into one
+    buffer, as a terminal shows them, with a notice printed by the first check as the compile notice is."""
+    import contextlib
+    import io
+    import sys
+
+    from torch_lwlrap.cli._environment import COMPILE_NOTICE
+
+    check_device_dtype = doctor.check_device_dtype
+    calls = []
+
+    def noisy_first_check(*args, **kwargs):
+        if not calls:
+            print(COMPILE_NOTICE, file=sys.stderr, flush=True)
+        calls.append(args)
+        return check_device_dtype(*args, **kwargs)
+
+    monkeypatch.setattr(doctor, "check_device_dtype", noisy_first_check)
+    terminal = io.StringIO()
+    with contextlib.redirect_stdout(terminal), contextlib.redirect_stderr(terminal):
+        assert cli.main(["doctor"]) == 0
+    lines = terminal.getvalue().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("device "))
+    assert lines.index(COMPILE_NOTICE) < header
+    rows = [line.split()[:2] for line in lines[header + 1: header + 1 + len(calls)]]
+    assert rows == [[str(device), str(dtype).replace("torch.", "")] for device, dtype, *_ in calls]
+    assert lines.count(lines[header]) == 1

@@ -482,11 +482,20 @@ def run(json_output: bool = False, timing: bool = True) -> int:
         report = run_checks(timing=timing)
         print(json.dumps(report), flush=True)
         return 0 if report["ok"] else 1
-    # Each line as soon as it is known: the first calls compile, and the checks take a while.
+    # Each line as soon as it is known: the first calls compile, and the checks take a while. The checks table's
+    # header comes with its first row, so that what the first check says on stderr (the compile notice, a
+    # warning) lands above the table, not between its header and its rows.
     info = versions()
-    print("\n".join(_version_lines(info) + [_CHECK_HEADER]), flush=True)
-    report = run_checks(timing, lambda check: print(_check_row(check), flush=True), info)
-    print("\n".join(_closing_lines(report)), flush=True)
+    print("\n".join(_version_lines(info)), flush=True)
+    printed: List[str] = []
+
+    def print_row(check: Dict[str, Any]) -> None:
+        lines = [] if printed else [_CHECK_HEADER]
+        printed.append(_check_row(check))
+        print("\n".join(lines + printed[-1:]), flush=True)
+
+    report = run_checks(timing, print_row, info)
+    print("\n".join(([] if printed else [_CHECK_HEADER]) + _closing_lines(report)), flush=True)
     return 0 if report["ok"] else 1
 
 
