@@ -390,6 +390,18 @@ def test_rows_without_a_label_are_counted_on_the_samples_line(tmp_path):
     code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "pred.csv")
     assert (code, err) == (0, "")
     assert "samples      25 (2 without a positive label: left out of lwlrap; LRAP counts each as 1" in out
+    # compare says it too (it reports no LRAP); its difference is that of the lwlrap scores computed above
+    submission(fnames, scores[:, ::-1]).to_csv(tmp_path / "other.csv", index=False)
+    result = cli_json("compare", tmp_path / "truth.csv", tmp_path / "pred.csv", tmp_path / "other.csv",
+                      "--bootstrap", "40")
+    assert result["rows_without_label"] == 2
+    assert result["difference"] == pytest.approx(
+        sklearn_lwlrap(scores, target) - sklearn_lwlrap(scores[:, ::-1], target), abs=1e-12)
+    code, out, err = cli("compare", tmp_path / "truth.csv", tmp_path / "pred.csv", tmp_path / "other.csv",
+                         "--bootstrap", "40")
+    assert (code, err) == (0, "")
+    samples = [line for line in out.splitlines() if line.startswith("samples ")]
+    assert samples == ["samples      25 (2 without a positive label: left out of lwlrap)"], out
 
 
 def test_compare_ties_index_needs_one_column_order(two_systems):

@@ -349,7 +349,7 @@ def format_report(
         names = ": " + ", ".join(absent) if len(absent) <= _NAMED_ABSENT else ", listed by --json"
         classes += f" ({len(absent)} without a positive label{names})"
     lines += [
-        summary_line("samples", str(score.num_samples) + _unlabelled_note(score.rows_without_label)),
+        summary_line("samples", str(score.num_samples) + unlabelled_note(score.rows_without_label)),
         summary_line("classes", classes),
         summary_line("labels", labels_summary(score.num_labels, score.num_unknown)),
     ]
@@ -374,16 +374,19 @@ def ignored_rows_note(rows: int) -> str:
     return f" ({rows} row{'' if rows == 1 else 's'} outside the selection ignored)" if rows else ""
 
 
-def _unlabelled_note(rows: int) -> str:
-    """The ``samples`` line's note of rows without a positive label.
+def unlabelled_note(rows: int, lrap: bool = True) -> str:
+    """The ``samples`` line's note of rows without a positive label (``lrap``: the report gives LRAP too).
 
     Example:
-        >>> _unlabelled_note(0), _unlabelled_note(2)
+        >>> unlabelled_note(0), unlabelled_note(2)
         ('', ' (2 without a positive label: left out of lwlrap; LRAP counts each as 1, as scikit-learn does)')
+        >>> unlabelled_note(1, lrap=False)
+        ' (1 without a positive label: left out of lwlrap)'
     """
     if not rows:
         return ""
-    return f" ({rows} without a positive label: left out of lwlrap; LRAP counts each as 1, as scikit-learn does)"
+    return f" ({rows} without a positive label: left out of lwlrap" + (
+        "; LRAP counts each as 1, as scikit-learn does)" if lrap else ")")
 
 
 def labels_summary(num_labels: int, num_unknown: int) -> str:

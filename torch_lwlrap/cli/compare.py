@@ -25,6 +25,7 @@ from torch_lwlrap.cli._report import (
     no_interval_reason,
     print_output,
     summary_line,
+    unlabelled_note,
 )
 
 __all__ = ["add_parser", "compare_files", "format_comparison", "run"]
@@ -207,7 +208,8 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
     if result.get("vocabulary") is not None:
         lines.append(summary_line("vocabulary", f"{result['vocabulary']} (every class, no other)"))
     lines += [
-        summary_line("samples", result["num_samples"]),
+        summary_line("samples",
+                     str(result["num_samples"]) + unlabelled_note(result.get("rows_without_label", 0), lrap=False)),
         summary_line("labels", labels_summary(result["num_labels"], result.get("num_unknown", 0))),
     ]
     if result["options"]["ties"] != "max":
