@@ -835,3 +835,54 @@ def test_too_many_replicates_are_refused_up_front_for_a_compressed_submission(tm
     err = cli_error("compare", tmp_path / "truth.csv", tmp_path / "sub.csv.gz", tmp_path / "sub.csv.gz",
                     "--bootstrap", str(10**12))
     assert "needs about" in err and "2 submissions" in err
+
+
+def test_per_class_tables_line_up_class_names_of_wide_characters(tmp_path):
+    """Class names in Japanese (two terminal columns a character) and with a combining accent (none): the tables'
+    numbers start at one terminal column on every row, as a terminal shows them, and are the naive per-class
+    lwlrap of the files as pandas writes them."""
+    import unicodedata
+
+    from tests.reference import naive_lwlrap_per_class
+
+    def columns(text):
+        return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+                   for ch in text)
+
+    classes = ["犬の鳴き声", "Cafe\u0301", "Bark", "水", "Purr", "Yell"]
+    fnames, scores, target = arrays(21, num_rows=30)
+    frame = pd.DataFrame(target, columns=classes)
+    frame.insert(0, "fname", fnames)
+    frame.to_csv(tmp_path / "truth.csv", index=False)
+    submission(fnames, scores, classes).to_csv(tmp_path / "a.csv", index=False)
+    submission(fnames, scores[:, ::-1], classes).to_csv(tmp_path / "b.csv", index=False)
+    per_class, _, _ = naive_lwlrap_per_class(scores, target)
+
+    code, out, err = cli("score", tmp_path / "truth.csv", tmp_path / "a.csv", "--per-class")
+    assert (code, err) == (0, ""), err
+    lines = out.split("per-class lwlrap, worst first:\n", 1)[1].splitlines()
+    header, rows = lines[0], lines[1:1 + len(classes)]
+    start = columns(header[: header.index("lwlrap")]) - 2  # the value column's 8 places end under "lwlrap"
+    for line in rows:
+        name = next(c for c in classes if line.startswith(c + " "))
+        value = line[len(name):].split()[0]
+        assert columns(line[: line.index(value)]) + len(value) == start + 8, (line, header)
+        assert float(value) == pytest.approx(per_class[classes.index(name)], abs=5e-7)
+
+    code, out, err = cli("compare", tmp_path / "truth.csv", tmp_path / "a.csv", tmp_path / "b.csv", "--per-class",
+                         "--bootstrap", "40")
+    assert code == 0, err
+    tables = [block.splitlines() for block in out.split("most:\n")[1:]]
+    assert tables and any(len(table) > 1 for table in tables)
+    for table in tables:
+        if table[0] == "(none)":
+            continue
+        header = table[0]
+        end = columns(header[: header.index(" A ") + 2])  # the A column ends under "A"
+        for line in table[1:]:
+            if not line.strip():
+                break
+            name = next(c for c in classes if line.startswith(c + " "))
+            value = line[len(name):].split()[0]
+            assert columns(line[: line.index(value, len(name))]) + len(value) == end, (line, header)
+            assert float(value) == pytest.approx(per_class[classes.index(name)], abs=5e-5)

@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -186,6 +187,22 @@ def _ranked_title(score: Score, top: Optional[int]) -> str:
     return f"per-class lwlrap, the {shown} {which} of {scored} classes with a positive label, {which} first"
 
 
+def text_width(text: str) -> int:
+    """The columns ``text`` takes in a terminal: 2 for a wide East Asian character, 0 for a combining mark.
+
+    Example:
+        >>> text_width("Bark"), text_width("犬の鳴き声"), text_width("e\u0301")
+        (4, 10, 1)
+    """
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in text)
+
+
+def pad_to(text: str, width: int) -> str:
+    """``text`` followed by spaces to ``width`` terminal columns (:func:`text_width`): a table's class column."""
+    return text + " " * (width - text_width(text))
+
+
 def per_class_table(score: Score, top: Optional[int] = None) -> List[str]:
     """The ``--per-class`` block: per-class lwlrap, weight and count, worst first (``-`` without positive); with
     ``top``, only the classes :meth:`Score.ranked` picks.
@@ -199,7 +216,7 @@ def per_class_table(score: Score, top: Optional[int] = None) -> List[str]:
         b             -  0.000000       0
     """
     order = score.ranked(top)
-    width = max([len("class")] + [len(score.classes[i]) for i in order])
+    width = max([len("class")] + [text_width(score.classes[i]) for i in order])
     ci = score.extra.get("ci")
     header = f"{'class':<{width}}  {'lwlrap':>8}  {'weight':>8}  {'count':>6}"
     if ci:
@@ -207,7 +224,7 @@ def per_class_table(score: Score, top: Optional[int] = None) -> List[str]:
     lines = [_ranked_title(score, top) + ":", header]
     for i in order:
         value = "-" if math.isnan(score.per_class[i]) else f"{score.per_class[i]:.6f}"
-        line = f"{score.classes[i]:<{width}}  {value:>8}  {score.weights[i]:>8.6f}  {score.counts[i]:>6}"
+        line = f"{pad_to(score.classes[i], width)}  {value:>8}  {score.weights[i]:>8.6f}  {score.counts[i]:>6}"
         if ci:
             bounds = ci["per_class"][score.classes[i]]
             line += f"  {'-' if bounds is None else _bounds(bounds):>20}"

@@ -23,8 +23,10 @@ from torch_lwlrap.cli._report import (
     labels_summary,
     level_name,
     no_interval_reason,
+    pad_to,
     print_output,
     summary_line,
+    text_width,
     unlabelled_note,
 )
 
@@ -231,7 +233,7 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
     ]
     if per_class:
         classes = result["per_class"]
-        width = max([len("class")] + [len(name) for name in classes])
+        width = max([len("class")] + [text_width(name) for name in classes])
         for title, names in (("A better", _changed_most(result, 1)), ("B better", _changed_most(result, -1))):
             lines += ["", f"classes where {title} most:"]
             if not names:
@@ -246,7 +248,7 @@ def format_comparison(result: Dict, per_class: bool = False) -> str:
                 bounds = "-" if c["interval"] is None else f"[{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}]"
                 p_value = "-" if c["p_value"] is None else f"{c['p_value']:.3f}"
                 lines.append(
-                    f"{name:<{width}}  {c['lwlrap_a']:>8.4f}  {c['lwlrap_b']:>8.4f}  {c['difference']:>+9.4f}  "
+                    f"{pad_to(name, width)}  {c['lwlrap_a']:>8.4f}  {c['lwlrap_b']:>8.4f}  {c['difference']:>+9.4f}  "
                     f"{bounds:>22}  {p_value:>6}  {c['count']:>5}"
                 )
         listed = _changed_most(result, 1) + _changed_most(result, -1)
