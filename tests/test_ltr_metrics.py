@@ -509,6 +509,49 @@ def test_ndcg_of_binary_relevance_is_the_retrieval_ndcg(ties, empty_target):
             torch.testing.assert_close(graded_value, retrieval, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+def test_ndcg_over_many_chunks_equals_the_naive_formula(ties):
+    """A batch larger than the torch path's chunk (about a million scores by default) is scored a chunk of rows at a
+    time: each chunk must read its own rows' grades, known labels and weights. Forced chunks of one and five rows."""
+    preds, relevance, weight = graded(31, n=23, c=6, ignore_index=-1)
+    for w in (None, weight):
+        want = naive_ndcg(preds, relevance, 3, "exponential", ties, ignore_index=-1, weight=w)
+        for chunk in (None, 6, 5 * 6):
+            with use_engine("sort", chunk):
+                got = multilabel_ndcg(preds, relevance, 3, ties=ties, ignore_index=-1, sample_weight=w)
+            close(got, want, f"chunk={chunk} weighted={w is not None}")
+
+
+@pytest.mark.parametrize("empty_target", ["zero", "skip"])
+def test_the_ndcg_metric_follows_empty_target(empty_target):
+    preds, relevance, weight = graded(32, n=20, c=6)
+    relevance[:5] = 0  # five samples without a relevant label
+    want = naive_ndcg(preds, relevance, 3, "exponential", "max", empty_target=empty_target, weight=weight)
+    metric = MultilabelNDCG(6, 3, empty_target=empty_target)
+    metric.update(preds[:9], relevance[:9], sample_weight=weight[:9])
+    metric.update(preds[9:], relevance[9:], sample_weight=weight[9:])
+    close(metric.compute(), want, empty_target)
+    close(multilabel_ndcg(preds, relevance, 3, empty_target=empty_target, sample_weight=weight), want)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("method", ["spearman", "kendall"])
+def test_one_row_batches_equal_scipy(engine, dtype, method):
+    """A sample at a time, as a loop over clips updates a metric: the compiled Kendall pairs float32 rows, and a
+    batch of one row is a row left alone at its block's end."""
+    g = torch.Generator().manual_seed(33)
+    a = torch.randint(0, 5, (6, 9), generator=g).to(dtype)
+    b = torch.randint(0, 5, (6, 9), generator=g).to(dtype)
+    with use_engine(engine):
+        metric = MultilabelRankCorrelation(9, method=method)
+        for i in range(len(a)):
+            want, _ = scipy_mean(a[i : i + 1].float(), b[i : i + 1].float(), method)
+            close(multilabel_rank_correlation(a[i : i + 1], b[i : i + 1], method=method), want, f"row {i}")
+            metric.update(a[i : i + 1], b[i : i + 1])
+        close(metric.compute(), scipy_mean(a.float(), b.float(), method)[0])
+
+
 def test_ndcg_takes_extra_dimensions_as_samples():
     preds, relevance, _ = graded(14, n=12, c=5)
     frames = preds.reshape(4, 3, 5).movedim(1, 2)  # (N, C, T)
@@ -756,6 +799,8 @@ def _pair_calls():
         (("preds", "reference"), lambda a, b: multilabel_rank_correlation(a, b)),
         (("preds", "reference"), lambda a, b: multilabel_rank_correlation(a, b, method="kendall")),
         (("preds_a", "preds_b"), lambda a, b: multilabel_kendall_distance_at_k(a, b, 3)),
+        # k at least the row's length: no scan for the top k, the rows are sorted (their own NaN check)
+        (("preds_a", "preds_b"), lambda a, b: multilabel_kendall_distance_at_k(a, b, a.shape[1])),
     ]
 
 

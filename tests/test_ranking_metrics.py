@@ -126,6 +126,27 @@ def test_every_metric_equals_the_naive_reference(case, ties, weighted):
             close(value, want[name], f"{name}, empty_target={empty_target}")
 
 
+@pytest.mark.parametrize("ties", ["max", "index", "expected"])
+def test_retrieval_at_the_largest_k_equals_the_naive_reference(ties):
+    """k may be as large as int64 holds: every label is retrieved, and a sample without a positive is never a hit
+    (its best rank, int64's largest, read as a float, equals 2**63 and would reach such a k)."""
+    k = 2**63 - 1
+    preds, target, weight = tie_heavy(34, n=12, c=5, ignore_index=-1)
+    target[0] = 0  # no positive
+    p, t = preds.numpy(), target.numpy()
+    for empty_target in ("zero", "skip"):
+        want = naive_retrieval(p, t, (k,), ties, -1, weight.numpy(), empty_target)
+        got = multilabel_retrieval_at_k(preds, target, k, ties=ties, ignore_index=-1, sample_weight=weight,
+                                        empty_target=empty_target)
+        metric = MultilabelRetrievalAtK(5, k, ties=ties, ignore_index=-1, empty_target=empty_target)
+        metric.update(preds[:7], target[:7], sample_weight=weight[:7])
+        metric.update(preds[7:], target[7:], sample_weight=weight[7:])
+        for name, value in got.items():
+            close(value, want[name], f"{name}, empty_target={empty_target}")
+        for name, value in metric.compute().items():
+            close(value, want[name], f"{name} of the metric, empty_target={empty_target}")
+
+
 @pytest.mark.parametrize("ties", ["max", "index"])
 def test_worked_example_of_each_tie_rule(ties):
     # One sample: scores [3, 2, 2, 2, 1], positives at columns 2 and 4.
