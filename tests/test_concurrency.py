@@ -14,6 +14,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -297,8 +298,7 @@ def test_run_sets_numba_threads_within_torch_threads(monkeypatch):
             want = naive_lwlrap(preds, target)
             with use_engine("numba"):
                 assert multilabel_lwlrap(preds, target).item() == pytest.approx(want, **TOL)
-            if allowed > 1:
-                assert numba.get_num_threads() == min(allowed, numba.config.NUMBA_NUM_THREADS)
+            # (the threads inside the run: test_the_parallel_variant_runs_on_no_more_threads_than_torch_allows)
     finally:
         torch.set_num_threads(threads)
 
@@ -314,15 +314,31 @@ class _Clock:
 
 
 class _FakeVariant:
-    """A compiled variant as :func:`_numba_runtime.run` sees it: callable, with numba's ``overloads``."""
+    """A compiled variant as :func:`_numba_runtime.run` sees it: callable, with numba's ``overloads``. ``seconds``:
+    ``[seconds a call]``, or a function of the call's arguments; raises ``error`` where one is set."""
 
     def __init__(self, clock, name, seconds, calls):
         self.clock, self.name, self.seconds, self.calls, self.overloads = clock, name, seconds, calls, {"sig": 1}
+        self.error = None
 
-    def __call__(self):
-        self.clock.now += self.seconds[0]
-        self.calls.append(self.name)
+    def __call__(self, *args):
+        if self.error is not None:
+            raise self.error
+        self.clock.now += self.seconds(*args) if callable(self.seconds) else self.seconds[0]
+        self.calls.append((self.name, *args) if args else self.name)
         return self.name
+
+
+def _fake_runner(monkeypatch, clock, choice):
+    """The runner with a fake clock and ``choice``, numba's threads taken as started, its thread count left alone
+    (the fake variants use no threads), and a lock of its own."""
+    if _numba_runtime.threads_for(1 << 40) < 2:
+        pytest.skip("one thread for torch or numba here: the runner takes the serial variant without a choice")
+    monkeypatch.setattr(_numba_runtime, "time", clock)
+    monkeypatch.setattr(_numba_runtime, "_choice", choice)
+    monkeypatch.setattr(_numba_runtime, "_threads_started", lambda: True)
+    monkeypatch.setattr(numba, "set_num_threads", lambda n: None)
+    monkeypatch.setattr(_numba_runtime, "_parallel_lock", threading.Lock())
 
 
 def test_run_takes_the_variant_that_was_faster_and_follows_a_change(monkeypatch):
@@ -395,3 +411,75 @@ def test_speed_choice_tries_the_slower_variant_less_and_less_often():
     assert [choice.parallel_next("k") for _ in range(4)] == [True, True, True, False]  # the 4th: a try of serial
     choice.record("k", False, 0.5)  # the median of serial's timings, 1.25, is now the lower
     assert [choice.parallel_next("k") for _ in range(4)] == [False, False, False, True]
+
+
+_THREAD_CAP_CHILD = r"""
+import numba, torch
+from tests.concurrency_child import AlwaysParallel
+from tests.reference import make_case, naive_lwlrap
+import torch_lwlrap as T
+from torch_lwlrap import _numba_runtime as R
+R.PARALLEL_MIN_SCORES_PER_THREAD = 1
+R._choice = AlwaysParallel()
+torch.set_num_threads(2)
+seen = []
+class Variant:
+    overloads = {}
+    def __init__(self, name):
+        self.name = name
+    def __call__(self):
+        seen.append((self.name, numba.get_num_threads()))
+        return self.name
+kernel = R.ParallelAndSerial(Variant("parallel"), Variant("serial"))
+assert R.run(kernel, 1 << 20) == "parallel"
+after = numba.get_num_threads()
+preds, target = make_case(5, 400, 30)
+with T.use_engine("numba"):
+    value = T.multilabel_lwlrap(preds, target).item()
+assert abs(value - naive_lwlrap(preds, target)) <= 1e-12, value
+print(seen, after, numba.get_num_threads(), torch.get_num_threads())
+"""
+
+
+def test_the_parallel_variant_runs_on_no_more_threads_than_torch_allows():
+    """NUMBA_NUM_THREADS=4 and ``torch.set_num_threads(2)``, as on a larger machine where a user limits torch: the
+    parallel variant runs on 2 of numba's threads, and numba's own count is put back after it. On a machine with as
+    many numba threads as torch's (2 cores) nothing in this process could tell: hence the child."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="2")
+    env.pop("TORCH_LWLRAP_ENGINE", None)
+    done = subprocess.run([sys.executable, "-c", _THREAD_CAP_CHILD], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.splitlines()[0] == "[('parallel', 2)] 4 4 2", done.stdout
+
+
+def test_a_parallel_variant_that_raises_releases_the_parallel_region_lock(monkeypatch):
+    """A kernel call that raises (a MemoryError from a workspace, a KeyboardInterrupt) must not keep the lock: every
+    later call of every kernel in the process would run serial, silently."""
+    clock, calls = _Clock(), []
+    parallel = _FakeVariant(clock, "parallel", [1.0], calls)
+    kernel = _numba_runtime.ParallelAndSerial(parallel, _FakeVariant(clock, "serial", [1.0], calls))
+    _fake_runner(monkeypatch, clock, AlwaysParallel())
+    parallel.error = MemoryError("workspace")
+    with pytest.raises(MemoryError):
+        _numba_runtime.run(kernel, 1 << 40, 1 << 40)
+    assert not _numba_runtime._parallel_lock.locked()
+    parallel.error = None
+    assert _numba_runtime.run(kernel, 1 << 40, 1 << 40) == "parallel"
+
+
+def test_each_size_class_keeps_its_own_timings(monkeypatch):
+    """Where the parallel variant wins on large passes and loses on small ones (waking threads costs more than a
+    small pass), calls of both sizes interleaved each settle on their own faster variant."""
+    clock, calls = _Clock(), []
+    small, large = 1 << 20, 1 << 34
+    parallel = _FakeVariant(clock, "parallel", lambda s: 4e-6 * s if s == small else 1e-9 * s, calls)
+    serial = _FakeVariant(clock, "serial", lambda s: 1e-6 * s if s == small else 4e-9 * s, calls)
+    kernel = _numba_runtime.ParallelAndSerial(parallel, serial)
+    _fake_runner(monkeypatch, clock, _numba_runtime.SpeedChoice(reprobe_min=64, reprobe_max=64))
+    for _ in range(30):
+        for scores in (small, large):
+            _numba_runtime.run(kernel, scores, scores)
+    late = calls[-20:]
+    assert [name for name, scores in late if scores == small] == ["serial"] * 10, late
+    assert [name for name, scores in late if scores == large] == ["parallel"] * 10, late

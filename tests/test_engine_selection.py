@@ -8,7 +8,9 @@ case checks the warning, that the batch is ranked on the torch path and that the
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 import warnings
 
 import pytest
@@ -30,14 +32,15 @@ def fresh_process_state(monkeypatch):
     monkeypatch.delenv(ENGINE_VARIABLE, raising=False)
 
 
-def _spy_paths(monkeypatch):
-    """Record which ranking path runs: a list that receives "sort", "count" or "numba" per call."""
+def _spy_paths(monkeypatch, with_thread=False):
+    """Record which ranking path runs: a list that receives "sort", "count" or "numba" per call (with
+    ``with_thread``: ``(the calling thread's name, path)``)."""
     calls = []
     for name in ("_sort_path", "_count_path"):
         original = getattr(_ranking, name)
 
         def spy(*args, _original=original, _name=name[1:-5], **kwargs):
-            calls.append(_name)
+            calls.append((threading.current_thread().name, _name) if with_thread else _name)
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(_ranking, name, spy)
@@ -46,7 +49,7 @@ def _spy_paths(monkeypatch):
         original = getattr(module, name)
 
         def numba_spy(*args, _original=original, **kwargs):
-            calls.append("numba")
+            calls.append((threading.current_thread().name, "numba") if with_thread else "numba")
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(module, name, numba_spy)
@@ -81,6 +84,94 @@ def test_use_engine_takes_precedence_over_the_variable(monkeypatch):
     assert calls == ["sort"]
     assert get_engine() == "count"
     assert got.item() == pytest.approx(naive_lrap(preds, target), **TOL)
+
+
+def test_use_engine_is_restored_after_an_exception_and_when_nested(monkeypatch):
+    """A batch that raises inside ``use_engine`` (a training step's error caught by the loop) must not leave the
+    engine forced for the rest of the process: later calls take the variable's setting again."""
+    from torch_lwlrap._engine_config import forced_chunk_elements
+
+    monkeypatch.setenv(ENGINE_VARIABLE, "count")
+    calls = _spy_paths(monkeypatch)
+    preds, target = make_case(11, 30, 9)
+    with pytest.raises(ValueError):
+        with use_engine("sort"):
+            multilabel_lwlrap(preds[:, :3], target)  # shapes disagree: the library raises inside the block
+    assert get_engine() == "count"
+    with use_engine("sort"):
+        with pytest.raises(KeyError):
+            with use_engine("count", chunk_elements=7):
+                raise KeyError("the user's own error")
+        assert get_engine() == "sort" and forced_chunk_elements() is None
+    calls.clear()
+    assert multilabel_lwlrap(preds, target).item() == pytest.approx(naive_lwlrap(preds, target), **TOL)
+    assert set(calls) == {"count"}
+
+
+def test_use_engine_in_one_thread_leaves_other_threads_on_their_own_setting(monkeypatch):
+    """``use_engine`` holds in its own thread only: a thread that forces "count" for a while moves neither another
+    thread's "sort" block nor its "auto", and every value stays exact."""
+    calls = _spy_paths(monkeypatch, with_thread=True)
+    preds, target = make_case(12, 60, 11)
+    want = naive_lwlrap(preds, target)
+    entered, checked = threading.Event(), threading.Event()
+    seen, errors = {}, []
+
+    def forcing():
+        try:
+            with use_engine("count"):
+                entered.set()
+                checked.wait(30)
+                seen["forcing"] = get_engine()
+                seen["forcing value"] = multilabel_lwlrap(preds, target).item()
+        except BaseException as error:  # reported below, in the test's thread
+            errors.append(error)
+            entered.set()
+
+    worker = threading.Thread(target=forcing, name="forcing")
+    worker.start()
+    try:
+        assert entered.wait(30)
+        seen["main auto"] = get_engine()
+        with use_engine("sort"):
+            seen["main sort"] = get_engine()
+            seen["main value"] = multilabel_lwlrap(preds, target).item()
+    finally:
+        checked.set()
+        worker.join(60)
+    assert not errors, errors
+    assert (seen["main auto"], seen["main sort"], seen["forcing"]) == ("auto", "sort", "count"), seen
+    assert seen["main value"] == pytest.approx(want, **TOL) and seen["forcing value"] == pytest.approx(want, **TOL)
+    assert ("MainThread", "sort") in calls and ("forcing", "count") in calls
+    assert ("MainThread", "count") not in calls and ("forcing", "sort") not in calls, calls
+    assert get_engine() == "auto"
+
+
+def test_use_engine_is_local_to_an_asyncio_task():
+    """Two asyncio tasks (one thread, a context each): a task suspended inside ``use_engine("sort")`` leaves the
+    other on its own setting."""
+    preds, target = make_case(13, 20, 7)
+
+    async def forcing(entered, release):
+        with use_engine("sort"):
+            entered.set()
+            await release.wait()
+            return get_engine()
+
+    async def other(entered, release):
+        await entered.wait()
+        engine, value = get_engine(), multilabel_lrap(preds, target).item()
+        release.set()
+        return engine, value
+
+    async def both():
+        entered, release = asyncio.Event(), asyncio.Event()
+        return await asyncio.gather(forcing(entered, release), other(entered, release))
+
+    forced, (engine, value) = asyncio.run(both())
+    assert (forced, engine) == ("sort", "auto")
+    assert value == pytest.approx(naive_lrap(preds, target), **TOL)
+    assert get_engine() == "auto"
 
 
 def test_unknown_variable_value_is_a_clear_error_and_leaves_the_state(monkeypatch):
@@ -304,3 +395,39 @@ def test_an_installed_numba_that_fails_to_import_is_named_with_its_error_not_as_
     # the path it names is the one it takes: forced, the sort path; under auto, the one the label density picks
     assert ("torch sort path" in message) == (engine == "numba"), message
     assert ("torch path that suits each batch (sort or count)" in message) == (engine == "auto"), message
+
+
+def test_a_failing_gpu_kernel_warns_once_and_ranks_on_torch_without_triton_installed(monkeypatch):
+    """The fallback tests above need Triton (they skip without it): here the Triton backend accepts CPU tensors and
+    its launch raises, with no Triton at all, so that a silent fallback fails everywhere."""
+    from torch_lwlrap import _triton_kernel
+
+    monkeypatch.setattr(_triton_kernel, "unavailable_reason", lambda device, dtype=None: None)
+    launches = []
+
+    def failing(*args, **kwargs):
+        launches.append(1)
+        raise RuntimeError("no driver for the test")
+
+    monkeypatch.setattr(_triton_kernel, "ranking_sums_triton", failing)
+    preds, target = make_case(14, 40, 9, ignore_index=-1)
+    want = naive_lwlrap(preds, target, ignore_index=-1)
+    with use_engine("triton"):
+        with pytest.warns(EngineFallbackWarning, match="no driver for the test") as record:
+            first = multilabel_lwlrap(preds, target, ignore_index=-1)
+        assert len(record) == 1 and record[0].filename == __file__
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            again = multilabel_lwlrap(preds, target, ignore_index=-1)
+    assert first.item() == pytest.approx(want, **TOL) and again.item() == pytest.approx(want, **TOL)
+    assert len(launches) == 1, "the failed kernel was launched again"
+
+
+def test_no_compiled_backend_is_named_for_scores_it_refuses():
+    """The dtype is part of each backend's reason: ``ranking_backend`` (which doctor reports) names no backend for
+    integer or complex scores (the input gate refuses them before ranking, so only this direct call sees it)."""
+    pytest.importorskip("numba")
+    for engine in ("auto", "numba"):
+        assert _dispatch.ranking_backend("cpu", torch.float32, engine) == "numba"
+        assert _dispatch.ranking_backend("cpu", torch.int64, engine) is None
+        assert _dispatch.ranking_backend("cpu", torch.complex64, engine) is None
