@@ -176,5 +176,8 @@ def test_class_names_the_terminal_cannot_show_are_escaped_not_a_traceback(tmp_pa
                    env={"PYTHONIOENCODING": "cp1252"})
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
-    assert "\\u65e5\\u672c\\u8a9e    1.000000" in done.stdout
+    # the escapes take 18 columns: the other rows' numbers line up with theirs
+    rows = done.stdout.split("per-class lwlrap, worst first:\n", 1)[1].splitlines()[1:3]
+    assert sorted(row.split()[0] for row in rows) == ["Bark", "\\u65e5\\u672c\\u8a9e"], rows
+    assert [row.index("1.000000") for row in rows] == [18 + 2] * 2, rows
     assert "lwlrap       1.000000" in done.stdout

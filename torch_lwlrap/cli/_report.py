@@ -7,6 +7,7 @@ summary), and puts JSON-able values under ``Score.extra``, which ``--json`` prin
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import gzip
@@ -188,12 +189,16 @@ def _ranked_title(score: Score, top: Optional[int]) -> str:
 
 
 def text_width(text: str) -> int:
-    """The columns ``text`` takes in a terminal: 2 for a wide East Asian character, 0 for a combining mark.
+    """The columns ``text`` takes in a terminal: 2 for a wide East Asian character, 0 for a combining mark. Where
+    standard output's encoding cannot show it (the command line then writes ``\\uXXXX`` escapes), the escapes'.
 
     Example:
         >>> text_width("Bark"), text_width("犬の鳴き声"), text_width("e\u0301")
         (4, 10, 1)
     """
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    with contextlib.suppress(LookupError, UnicodeError):
+        text = text.encode(encoding, "backslashreplace").decode(encoding)  # as the command line writes it
     return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
                for ch in text)
 
