@@ -487,15 +487,14 @@ def run(json_output: bool = False, timing: bool = True) -> int:
     # warning) lands above the table, not between its header and its rows.
     info = versions()
     print("\n".join(_version_lines(info)), flush=True)
-    printed: List[str] = []
+    header = [_CHECK_HEADER]  # emptied once printed
 
     def print_row(check: Dict[str, Any]) -> None:
-        lines = [] if printed else [_CHECK_HEADER]
-        printed.append(_check_row(check))
-        print("\n".join(lines + printed[-1:]), flush=True)
+        print("\n".join(header + [_check_row(check)]), flush=True)
+        header.clear()
 
     report = run_checks(timing, print_row, info)
-    print("\n".join(([] if printed else [_CHECK_HEADER]) + _closing_lines(report)), flush=True)
+    print("\n".join(header + _closing_lines(report)), flush=True)
     return 0 if report["ok"] else 1
 
 
