@@ -5,6 +5,7 @@ value and fix) and that a refused batch leaves a metric's state as it was."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -327,3 +328,43 @@ def test_the_fix_for_a_second_system_s_numpy_scores_names_its_argument():
                                         r"with `torch.as_tensor\(preds_a\)`\.$"):
         torch_lwlrap.compare_lwlrap(logits.numpy(), logits, labels, num_bootstrap=10)
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# An ignore_index that a float target cannot hold exactly: a value merely rounding to it is no mark
+
+
+@pytest.mark.parametrize("dtype, mark, stored", [(torch.float32, 16777217, 16777216.0), (torch.float16, 70000, math.inf),
+                                                 (torch.bfloat16, 257, 256.0)], ids=str)
+@pytest.mark.parametrize("engine", ["auto", "sort", "count"])
+def test_an_ignore_index_a_float_target_cannot_hold_marks_nothing(engine, dtype, mark, stored):
+    """torch rounds ``ignore_index`` to the target's dtype when it compares them: 16777217 would match a float32
+    target's 16777216.0, 70000 a float16 target's inf. Such a value is refused with the fix; the mark the fix names
+    (-1) is taken; a target without the rounded value is scored with every label known."""
+    logits, labels = _batch(9, n=5, c=4)
+    target = labels.to(dtype)
+    target[2, 3] = mark  # the mark written into the target: stored rounded
+    assert target[2, 3].item() == stored
+    name = str(dtype).replace("torch.", "")
+    message = (rf"found the values \[{re.escape(repr(stored))}\]: `target` is {name}, which cannot hold "
+               rf"ignore_index={mark} exactly \(it is stored as {re.escape(repr(stored))}\)")
+    metric = torch_lwlrap.MultilabelLWLRAP(4, ignore_index=mark)
+    with use_engine(engine):
+        metric.update(logits, labels.to(dtype))
+        before = _state(metric)
+        with pytest.raises(ValueError, match=message):
+            torch_lwlrap.multilabel_lwlrap(logits, target, ignore_index=mark)
+        with pytest.raises(ValueError, match=message):
+            metric(logits.clone().requires_grad_(), target)
+        assert _same_state(metric, before)
+        fixed = labels.to(dtype)
+        fixed[2, 3] = -1
+        got = torch_lwlrap.multilabel_lwlrap(logits, fixed, ignore_index=-1).item()
+        plain = torch_lwlrap.multilabel_lwlrap(logits, labels.to(dtype), ignore_index=mark).item()
+    assert got == pytest.approx(naive_lwlrap(logits.numpy(), fixed.double().numpy(), ignore_index=-1), rel=1e-12)
+    assert plain == pytest.approx(naive_lwlrap(logits.numpy(), labels.numpy()), rel=1e-12)
+    assert metric.compute().item() == pytest.approx(plain, rel=1e-12)
+    # a mark the dtype holds exactly stays a mark
+    held = labels.to(torch.float32)
+    held[2, 3] = 16777216
+    want = naive_lwlrap(logits.numpy(), held.double().numpy(), ignore_index=16777216)
+    assert torch_lwlrap.multilabel_lwlrap(logits, held, ignore_index=16777216).item() == pytest.approx(want, rel=1e-12)

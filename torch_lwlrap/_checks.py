@@ -19,6 +19,7 @@ from torch_lwlrap._gate_messages import (
     bad_relevance_error,
     bad_target_error,
     bad_weights_error,
+    float_holds,
     nan_scores_error,
     user_call,
 )
@@ -195,14 +196,19 @@ def _check_sample_weight_args(sample_weight: Tensor, preds: Tensor, validate_arg
 
 
 def _ignore_value(target: Tensor, ignore_index: Optional[int]) -> Optional[int]:
-    """``ignore_index`` where ``target``'s dtype can hold it, else None.
+    """``ignore_index`` where ``target``'s dtype can hold it exactly, else None.
 
     Comparing an integer tensor with a value outside its dtype's range wraps the value around (``-1`` equals ``255``
-    in ``uint8``): such a target cannot contain ``ignore_index`` at all.
+    in ``uint8``), and comparing a float tensor with a value its dtype cannot hold rounds the value (``16777217``
+    equals ``16777216.0`` in float32, ``70000`` equals ``inf`` in float16): such a target cannot contain
+    ``ignore_index`` at all, and a value that merely rounds to it is not a mark.
     """
     if ignore_index is None or target.dtype == torch.bool:
         return None
-    if not target.is_floating_point():
+    if target.is_floating_point():
+        if not float_holds(target.dtype, ignore_index):
+            return None
+    else:
         info = torch.iinfo(target.dtype)
         if not info.min <= ignore_index <= info.max:
             return None

@@ -4,6 +4,7 @@ made (:func:`user_call`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from typing import Optional
@@ -14,12 +15,35 @@ from torch import Tensor
 from torch_lwlrap import _engine_config, _user_frames
 
 __all__ = [
-    "MAX_EXPONENTIAL_RELEVANCE", "bad_relevance_error", "bad_target_error", "bad_weights_error", "nan_scores_error",
-    "user_call",
+    "MAX_EXPONENTIAL_RELEVANCE", "bad_relevance_error", "bad_target_error", "bad_weights_error", "float_holds",
+    "nan_scores_error", "user_call",
 ]
 
 #: Relevance grades of ``gain="exponential"`` must stay below this: ``2**1024`` is not a float64.
 MAX_EXPONENTIAL_RELEVANCE = 1024
+
+
+@functools.lru_cache(maxsize=64)
+def float_holds(dtype: torch.dtype, value: int) -> bool:
+    """Whether the float ``dtype`` holds the integer ``value`` exactly: torch rounds a Python number to a tensor's
+    dtype when it compares the two, so a value it cannot hold would equal its rounding.
+
+    >>> float_holds(torch.float32, 16777216), float_holds(torch.float32, 16777217), float_holds(torch.float16, -1)
+    (True, False, True)
+    """
+    return torch.tensor(value, dtype=dtype).item() == value
+
+
+def unheld_mark(values: Tensor, ignore_index: Optional[int]) -> Optional[float]:
+    """``ignore_index`` as the float dtype of ``values`` stores it, where that dtype cannot hold it exactly (a value
+    equal to it is then neither the mark nor a label); None otherwise.
+
+    >>> unheld_mark(torch.zeros(1), 16777217), unheld_mark(torch.zeros(1), -1), unheld_mark(torch.zeros(1), None)
+    (16777216.0, None, None)
+    """
+    if ignore_index is None or not values.is_floating_point() or float_holds(values.dtype, ignore_index):
+        return None
+    return torch.tensor(ignore_index, dtype=values.dtype).item()
 
 
 def user_call(second: str = "target=labels") -> str:
@@ -57,7 +81,10 @@ def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: O
     values point to: swapped arguments, soft labels, marks of unknown labels."""
     found = _distinct(target[bad])
     digits = {torch.float16: 4, torch.bfloat16: 3, torch.float32: 7}.get(target.dtype)
-    shown = [repr(float(f"{value:.{digits}g}")) if digits else repr(value) for value in found[:10].tolist()]
+    shown = [  # the dtype's own digits, whole numbers in full (16777216.0, not 16777220.0)
+        repr(float(f"{value:.{digits}g}")) if digits and not float(value).is_integer() else repr(value)
+        for value in found[:10].tolist()
+    ]
     allowed = "0 and 1" if ignore_index is None else f"0, 1 and ignore_index={ignore_index}"
     message = f"Argument `target` must contain only {allowed}, but found the values [{', '.join(shown)}]"
     nan = bool(torch.isnan(found).any()) if found.is_floating_point() else False
@@ -68,6 +95,7 @@ def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: O
     # the usual marks of unknown labels (ignore_index's, or -1 and torch's -100) wrapped by an unsigned dtype
     marks = (-1, -100) if ignore_index is None or ignore_index >= 0 else (ignore_index,)
     stored = int(finite[0]) if bits and finite.numel() == 1 else None
+    rounded_mark = unheld_mark(target, ignore_index)
     if stored is not None and stored - 2**bits in marks:
         fix = (
             f"`target` is {str(target.dtype).replace('torch.', '')}, which holds no negative value: "
@@ -75,6 +103,13 @@ def bad_target_error(preds: Tensor, target: Tensor, bad: Tensor, ignore_index: O
             f"`ignore_index={stored}`, or keep the labels in a signed dtype and pass "
             f"`ignore_index={stored - 2 ** bits}`: `target.to(torch.int64).masked_fill(target == {stored}, "
             f"{stored - 2 ** bits})` (or convert before marking)"
+        )
+    elif rounded_mark is not None and bool((found == rounded_mark).any()):
+        kind = str(target.dtype).replace("torch.", "")
+        fix = (
+            f"`target` is {kind}, which cannot hold ignore_index={ignore_index} exactly (it is stored as "
+            f"{rounded_mark!r}), so none of its values is that mark: mark unknown labels with a value {kind} holds "
+            "(-1, say, and pass `ignore_index=-1`), or keep the labels in an integer dtype"
         )
     elif fractional and bool(known.all()) and preds.numel():  # scores in target, labels in preds
         fix = f"`preds` holds only 0 and 1: the arguments look swapped, pass the scores first, {user_call()}"
