@@ -368,3 +368,58 @@ def test_sums_accumulated_in_a_validation_loop_under_inference_mode_keep_growing
     else:
         want = coverage_error(target, preds)
     assert metric.compute().item() == pytest.approx(want, rel=1e-12)
+
+
+# --- a tag with entries after its options is no tag ---
+
+
+@pytest.mark.parametrize("extra", [[7, 7], [0], [1999, 1, 0, 1999]], ids=["garbage", "one-more", "settings-twice"])
+def test_a_checkpoint_whose_tag_has_entries_after_its_options_is_refused_and_changes_nothing(extra):
+    """A tag is ``[layout, class, options..., settings]``: entries after the options other than the run settings are
+    no tag any version wrote (a damaged or hand-edited state dict): refused, as every other unknown tag is."""
+    gen = torch.Generator().manual_seed(4)
+    saved = MultilabelLWLRAP(4)
+    saved.persistent(True)
+    saved.update(torch.rand(5, 4, generator=gen), torch.tensor([[1, 0, 1, 0], [0, 1, 0, 0]] * 2 + [[0, 0, 0, 1]]))
+    state = dict(saved.state_dict())
+    tag = state["options_tag"].tolist()
+    assert tag[-3] == 1999  # the run settings end the tag
+    state["options_tag"] = torch.tensor(tag[:-3] + extra, dtype=torch.int64)
+    target = MultilabelLWLRAP(4)
+    target.persistent(True)
+    target.update(torch.tensor([[0.9, 0.1, 0.2, 0.3]]), torch.tensor([[1, 0, 0, 0]]))
+    before = {name: getattr(target, name).clone() for name in ("precision_sum", "label_count")}
+    with pytest.raises(RuntimeError, match=r"an unknown options_tag"):
+        target.load_state_dict(state)
+    assert all(torch.equal(getattr(target, name), kept) for name, kept in before.items())
+
+
+# --- a forward by keyword checks the device as one by position does ---
+
+
+@pytest.mark.parametrize(
+    "make, keywords",
+    [
+        (lambda: MultilabelLWLRAP(3), ("preds", "target")),
+        (lambda: MultilabelRankingMetrics(num_labels=3), ("preds", "target")),
+        (lambda: MultilabelKendallDistanceAtK(3, 1), ("preds_a", "preds_b")),
+    ],
+    ids=["lwlrap", "ranking", "kendall"],
+)
+def test_a_forward_by_keyword_on_another_device_names_the_metric_s_device(make, keywords):
+    """``metric(preds=..., target=...)`` as a training step may write it: a batch on another device than the
+    metric's states is refused naming both devices, as the same call by position is, and nothing changes."""
+    gen = torch.Generator().manual_seed(6)
+    preds = torch.rand(4, 3, generator=gen)
+    second = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    second = second if keywords[1] == "target" else torch.rand(4, 3, generator=gen)
+    metric = make()
+    metric.update(preds, second)
+    before = {name: getattr(metric, name).clone() for name in metric._defaults}
+    moved = {keywords[0]: preds.to("meta"), keywords[1]: second.to("meta")}
+    message = rf"Argument `{keywords[0]}` is on meta but the state of {type(metric).__name__} is on cpu"
+    with pytest.raises(ValueError, match=message):
+        metric(*moved.values())  # by position
+    with pytest.raises(ValueError, match=message):
+        metric(**moved)  # by keyword: the same refusal
+    assert all(torch.equal(getattr(metric, name), kept) for name, kept in before.items())
