@@ -183,3 +183,47 @@ def test_panels_of_many_classes_sit_below_the_figure_s_title():
     finally:
         plt.close(fig)
 
+
+# --- the axes given: the user's figure keeps its own layout ------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["constrained", "compressed", None])
+def test_plotting_into_the_axes_given_leaves_the_figure_s_layout_alone(layout):
+    """A figure of the user's (its own layout engine, a colorbar beside) takes the metrics' plots in one of its axes:
+    no layout is forced on it (matplotlib warns when a figure's layout engine is swapped, and refuses it once a
+    colorbar is laid out), and the bars show the metric's values."""
+    batches, per_class, _ = _expected()
+    lwlrap = MultilabelLWLRAP(len(NAMES), average="none")
+    ranking = MultilabelRankingMetrics(num_labels=len(NAMES), k=2)
+    for preds, target in batches:
+        lwlrap.update(preds, target)
+        ranking.update(preds, target)
+    fig, (left, middle, right) = plt.subplots(1, 3, layout=layout)
+    fig.colorbar(right.imshow([[0.0, 1.0]]), ax=right)
+    engine = fig.get_layout_engine()
+    position = middle.get_position().bounds
+    try:
+        assert lwlrap.plot(ax=left, class_names=NAMES) == (fig, left)
+        assert ranking.plot(ax=middle) == (fig, middle)
+        out_fig, out_ax = plot_values({"a": 0.25, "b": 0.5}, ax=right, span=("a", "b"))
+        assert (out_fig, out_ax) == (fig, right)
+        assert fig.get_layout_engine() is engine
+        if layout is None:  # no engine: the axes stay where the user put them
+            assert middle.get_position().bounds == pytest.approx(position)
+        fig.canvas.draw()
+        widths = [width for _, width, _ in _rows(left).values()]
+        assert widths == pytest.approx([0.0 if math.isnan(v) else v for v in per_class], abs=1e-12)
+    finally:
+        plt.close(fig)
+
+
+def test_a_span_that_names_no_value_is_refused_with_the_names():
+    values = {"worst": 0.5, "expected": 0.6, "best": 0.7}
+    before = plt.get_fignums()
+    with pytest.raises(ValueError, match=r"^Argument `span` must name two entries of `values` \['worst', 'expected', "
+                                         r"'best'\], but got \('worst', 'bset'\)\.$"):
+        plot_values(values, span=("worst", "bset"))
+    with pytest.raises(ValueError, match=r"^Argument `span_rows` must name at least one entry of `values` "
+                                         r"\['worst', 'expected', 'best'\], but got \['mean'\]\.$"):
+        plot_values(values, span=("worst", "best"), span_rows=["mean"])
+    assert plt.get_fignums() == before  # refused before a figure is made

@@ -45,7 +45,8 @@ def plot_per_class(
         per_class: ``(C,)`` per-class lwlrap.
         weights: ``(C,)`` label weights (share of all positive labels), shown beside each bar.
         class_names: ``C`` names; defaults to ``"Class 0"``, ...
-        ax: matplotlib axes to draw into (all classes, in one column); a new figure when None.
+        ax: matplotlib axes to draw into (all classes, in one column), leaving its figure's layout as it is (the
+            figure's own layout engine, or yours); a new figure, laid out, when None.
         title: the axes' title; with several panels, the figure's (above them all).
         sort: order the bars worst first (from the top).
 
@@ -77,7 +78,8 @@ def plot_per_class(
         # (rounded: classes equal up to float64 rounding keep their order)
         order.sort(key=lambda i: (float("inf") if torch.isnan(values[i]) else round(float(values[i]), 12)))
 
-    chunks = panel_slices(len(order)) if ax is None else [slice(0, len(order))]
+    own_figure = ax is None
+    chunks = panel_slices(len(order)) if own_figure else [slice(0, len(order))]
     if ax is None and len(chunks) > 1:
         rows = math.ceil(len(order) / len(chunks))
         fig, grid = plt.subplots(1, len(chunks), figsize=(6.5 * len(chunks), 0.16 * rows + 1.2), squeeze=False)
@@ -93,7 +95,8 @@ def plot_per_class(
         _draw_bars(panel, values, weight_values, names, order[chunk], small=len(axes) > 1)
     if len(axes) == 1 and title:
         axes[0].set_title(title)
-    layout_below_title(fig)
+    if own_figure:
+        layout_below_title(fig)
     return fig, (axes[0] if len(axes) == 1 else axes)
 
 
@@ -168,7 +171,7 @@ def plot_values(
 
     Args:
         values: ``{name: scalar tensor}``, drawn top to bottom in the dict's order.
-        ax: matplotlib axes to draw into; a new figure when None.
+        ax: matplotlib axes to draw into, leaving its figure's layout as it is; a new figure, laid out, when None.
         title: axes title.
         span: two names in ``values`` whose values bound a range to shade behind the bars (the tie report's
             worst and best orders).
@@ -197,7 +200,14 @@ def plot_values(
         if value.numel() != 1:
             raise ValueError(f"Value {name!r} must be a scalar, but got shape {tuple(value.shape)}.")
         numbers.append(float(value))
-    if ax is None:
+    if span is not None and (len(span) != 2 or any(name not in values for name in span)):
+        raise ValueError(f"Argument `span` must name two entries of `values` {names}, but got {span!r}.")
+    if span_rows is not None and not any(name in values for name in span_rows):
+        raise ValueError(
+            f"Argument `span_rows` must name at least one entry of `values` {names}, but got {list(span_rows)!r}."
+        )
+    own_figure = ax is None
+    if own_figure:
         fig, ax = plt.subplots(figsize=(7, max(2.0, 0.4 * len(names) + 1)))
     else:
         fig = ax.get_figure()
@@ -222,5 +232,6 @@ def plot_values(
     if title:
         ax.set_title(title)
     ax.invert_yaxis()
-    fig.tight_layout()
+    if own_figure:
+        fig.tight_layout()
     return fig, ax
