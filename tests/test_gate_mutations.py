@@ -14,6 +14,7 @@ from sklearn.metrics import label_ranking_average_precision_score
 
 import torch_lwlrap
 from tests.reference import naive_lrap, naive_lwlrap
+from tests.test_core import TARGET_CASES
 from torch_lwlrap import use_engine
 
 
@@ -236,26 +237,7 @@ def test_exponential_gains_take_grades_up_to_1023_and_refuse_1024(dtype):
 # torch checks (the range of an integer target, the count of any other) run where it does not: the torch engines
 # (as on a GPU), and targets with extra dimensions.
 
-TORCH_PATH_CASES = [
-    # (dtype, ignore_index, value placed in one cell, accepted)
-    (torch.int64, None, 2, False),
-    (torch.int64, None, -1, False),
-    (torch.int64, -1, -1, True),
-    (torch.int64, -1, -2, False),
-    (torch.int64, 2, 2, True),
-    (torch.int64, 2, 3, False),
-    (torch.int64, 5, 5, True),
-    (torch.int64, 5, 3, False),  # the allowed {0, 1, 5} are no range
-    (torch.int8, -100, -100, True),
-    (torch.int8, -100, -99, False),
-    (torch.uint8, -1, 255, False),
-    (torch.float32, None, 0.5, False),
-    (torch.float32, None, float("nan"), False),
-    (torch.float32, -1, -1.0, True),
-    (torch.float32, -1, -0.5, False),
-    (torch.float64, 7, 7.0, True),
-    (torch.float64, 7, 7.5, False),
-]
+TORCH_PATH_CASES = TARGET_CASES  # test_core's cases, on the default engine there
 
 
 @pytest.mark.parametrize("dtype, ignore_index, value, accepted", TORCH_PATH_CASES, ids=str)

@@ -12,7 +12,6 @@ every order of tied scores enumerated (the "expected" rule and the tie report's 
 
 from __future__ import annotations
 
-import itertools
 from fractions import Fraction
 
 import numpy as np
@@ -20,46 +19,12 @@ import pytest
 import torch
 from sklearn.metrics import label_ranking_average_precision_score as sklearn_lrap
 
+from tests.test_tie_report import brute_force_range, tied_positives
+from tests.test_ties_expected import brute_force
 from torch_lwlrap import multilabel_lrap, multilabel_lwlrap, multilabel_lwlrap_per_class, tie_report
 from torch_lwlrap._ranking import use_engine
 
 TORCH_PATHS = ["sort", "count"]
-
-
-def _orders(scores, known):
-    """Every ranking of the known labels consistent with the scores (tied labels in every order)."""
-    groups = {}
-    for k in known:
-        groups.setdefault(scores[k], []).append(k)
-    levels = [groups[value] for value in sorted(groups, reverse=True)]
-    for parts in itertools.product(*(itertools.permutations(group) for group in levels)):
-        yield [k for part in parts for k in part]
-
-
-def _enumerated(preds, target, ignore_index=None):
-    """Over every tie order of each row: (sum of mean precisions, sum of min, sum of max, positives, tied positives),
-    exact fractions. Rows are independent, so each row's extremes over its own orders add up."""
-    mean = low = high = Fraction(0)
-    count = tied = 0
-    for scores, labels in zip(preds, target):
-        known = [k for k in range(len(scores)) if ignore_index is None or labels[k] != ignore_index]
-        positives = {k for k in known if labels[k] == 1}
-        if not positives:
-            continue
-        count += len(positives)
-        tied += sum(any(scores[k] == scores[j] for k in known if k != j) for j in positives)
-        totals = []
-        for order in _orders(scores, known):
-            hits, total = 0, Fraction(0)
-            for rank, k in enumerate(order, 1):
-                if k in positives:
-                    hits += 1
-                    total += Fraction(hits, rank)
-            totals.append(total)
-        mean += sum(totals) / len(totals)
-        low += min(totals)
-        high += max(totals)
-    return mean, low, high, count, tied
 
 
 def _loop_precisions(scores, known, positives, ties):
@@ -112,15 +77,17 @@ def test_a_single_positive_tied_with_a_negative_is_a_tie(engine):
     """One positive ties one negative and nothing else ties: one tied label, and the rule moves the value."""
     preds = torch.tensor([[0.9, 0.5, 0.5, 0.1], [0.3, 0.8, 0.2, 0.6]])
     target = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 1]])
-    mean, low, high, count, tied = _enumerated(preds.tolist(), target.tolist())
-    assert (count, tied) == (3, 1)
+    rows, labels = preds.tolist(), target.tolist()
+    assert tied_positives(rows, labels) == (1, 3)
+    low, high = brute_force_range(rows, labels)
+    mean = brute_force(rows, labels)[0]
     with use_engine(engine):
         report = tie_report(preds, target)
     assert (report.label_count, report.tied_label_count) == (3, 1)
     assert report.has_ties
     assert report.tied_share == pytest.approx(1 / 3, rel=1e-15)
-    assert _close(report.lwlrap_best, high / count) and _close(report.lwlrap_worst, low / count)
-    assert _close(report.lwlrap_expected, mean / count)
+    assert _close(report.lwlrap_best, high) and _close(report.lwlrap_worst, low)
+    assert _close(report.lwlrap_expected, mean)
     assert report.lwlrap_worst < report.lwlrap_best
 
 
