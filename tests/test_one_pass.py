@@ -104,15 +104,20 @@ def test_a_bool_target_is_any_non_zero_byte():
 
 @pytest.mark.parametrize("target_dtype", [torch.float32, torch.float64])
 def test_an_ignore_index_far_from_the_labels(target_dtype):
-    # Any int64 is an ignore_index (in the target's dtype, as torch compares it); beyond int64 is refused up front.
+    # Any int64 the target's dtype holds exactly is an ignore_index; one it would round marks nothing (its rounding
+    # is refused as a label, with the fix); beyond int64 is refused up front.
     preds, target = make_case(6, 30, 11)
     target = target.to(target_dtype)
-    for ignore_index in (2**62 + 1, -(2**63)):
+    for ignore_index in (2**62, -(2**63), 2**53 - 1 if target_dtype == torch.float64 else 2**24 - 1):
         target[::4, 2] = float(ignore_index)
         got = multilabel_lwlrap(preds, target, ignore_index=ignore_index).item()
         with use_engine("sort"):
             assert got == pytest.approx(multilabel_lwlrap(preds, target, ignore_index=ignore_index).item(), rel=1e-12)
         assert got == pytest.approx(naive_lwlrap(preds, target, ignore_index=target[0, 2].item()), rel=1e-12)
+    target[::4, 2] = float(2**62 + 1)  # stored as 2**62
+    for engine in ("auto", "sort"):
+        with use_engine(engine), pytest.raises(ValueError, match=r"cannot hold ignore_index=4611686018427387905 "):
+            multilabel_lwlrap(preds, target, ignore_index=2**62 + 1)
     for ignore_index in (2**63, 2**64, -(2**70)):
         with pytest.raises(ValueError, match=r"`ignore_index` must fit an int64"):
             multilabel_lwlrap(preds, target, ignore_index=ignore_index)
