@@ -24,6 +24,11 @@ MAX_EXPONENTIAL_RELEVANCE = 1024
 
 
 @functools.lru_cache(maxsize=64)
+def _stored_as(dtype: torch.dtype, value: int) -> float:
+    """The integer ``value`` as the float ``dtype`` stores it (rounded), as torch rounds it in a comparison."""
+    return torch.tensor(value, dtype=dtype).item()
+
+
 def float_holds(dtype: torch.dtype, value: int) -> bool:
     """Whether the float ``dtype`` holds the integer ``value`` exactly: torch rounds a Python number to a tensor's
     dtype when it compares the two, so a value it cannot hold would equal its rounding.
@@ -31,7 +36,7 @@ def float_holds(dtype: torch.dtype, value: int) -> bool:
     >>> float_holds(torch.float32, 16777216), float_holds(torch.float32, 16777217), float_holds(torch.float16, -1)
     (True, False, True)
     """
-    return torch.tensor(value, dtype=dtype).item() == value
+    return _stored_as(dtype, value) == value
 
 
 def unheld_mark(values: Tensor, ignore_index: Optional[int]) -> Optional[float]:
@@ -43,7 +48,7 @@ def unheld_mark(values: Tensor, ignore_index: Optional[int]) -> Optional[float]:
     """
     if ignore_index is None or not values.is_floating_point() or float_holds(values.dtype, ignore_index):
         return None
-    return torch.tensor(ignore_index, dtype=values.dtype).item()
+    return _stored_as(values.dtype, ignore_index)
 
 
 def user_call(second: str = "target=labels") -> str:

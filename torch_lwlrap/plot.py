@@ -80,13 +80,13 @@ def plot_per_class(
 
     own_figure = ax is None
     chunks = panel_slices(len(order)) if own_figure else [slice(0, len(order))]
-    if ax is None and len(chunks) > 1:
+    if own_figure and len(chunks) > 1:
         rows = math.ceil(len(order) / len(chunks))
         fig, grid = plt.subplots(1, len(chunks), figsize=(6.5 * len(chunks), 0.16 * rows + 1.2), squeeze=False)
         axes = list(grid[0])
         if title:
             fig.suptitle(title)
-    elif ax is None:
+    elif own_figure:
         fig, ax = plt.subplots(figsize=(7, max(2.0, 0.3 * num_classes + 1)))
         axes = [ax]
     else:
